@@ -1,0 +1,29 @@
+"""Shape aliases used across s2jax, in the jaxtyping notation of diffrax."""
+
+from typing import Any, Callable
+
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree
+
+Configuration = Float[Array, "n 3"]
+"""q = (q_1, …, q_n) ∈ (S²)ⁿ, one unit vector per row."""
+
+AngularVelocity = Float[Array, "n 3"]
+"""ω = (ω_1, …, ω_n) with ω_i ⊥ q_i, so that q̇_i = ω_i × q_i (002 (2.1))."""
+
+Params = PyTree[Any]
+"""The model's parameters: any PyTree of arrays and Python scalars."""
+
+Lagrangian = Callable[[Configuration, Float[Array, "n 3"], Params], Float[Array, ""]]
+"""A pure function L(q, q̇, params) -> scalar."""
+
+__all__ = [
+    "Array",
+    "ArrayLike",
+    "AngularVelocity",
+    "Configuration",
+    "Float",
+    "Int",
+    "Lagrangian",
+    "Params",
+    "PyTree",
+]

@@ -1,0 +1,73 @@
+"""Small pure functions on S² and SO(3): the hat map, the Cayley map, tangent projections.
+
+All functions act on the last axis (size 3) and broadcast over leading axes.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ._custom_types import Array, ArrayLike, Float
+
+
+def hat(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
+    """The hat map of 002 (2.8): `hat(a) @ b == cross(a, b)`."""
+    v = jnp.asarray(v)
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    zero = jnp.zeros_like(x)
+    rows = [
+        jnp.stack([zero, -z, y], axis=-1),
+        jnp.stack([z, zero, -x], axis=-1),
+        jnp.stack([-y, x, zero], axis=-1),
+    ]
+    return jnp.stack(rows, axis=-2)
+
+
+def dot(a: Float[ArrayLike, "... 3"], b: Float[ArrayLike, "... 3"]) -> Float[Array, "..."]:
+    """The Euclidean inner product over the last axis."""
+    return jnp.sum(jnp.asarray(a) * jnp.asarray(b), axis=-1)
+
+
+def project_tangent(q: Float[ArrayLike, "... 3"], v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
+    """The orthogonal projection of v onto T_q S², v − (q·v) q = −q × (q × v) for |q| = 1.
+
+    Use it to turn an angular velocity with a small normal component (e.g. a rounded value
+    printed in a paper) into one that `s2jax.simulate` accepts.
+    """
+    q = jnp.asarray(q)
+    v = jnp.asarray(v)
+    return v - dot(q, v)[..., None] * q
+
+
+def cayley_displacement(f: Float[Array, "... 3"], q: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+    """(F − I) q for F = cay(f) = (I + f̂)(I − f̂)⁻¹, the update of 002 (3.11), (3.15).
+
+    Written out (002 §3.3),
+
+        F q = [(1 − |f|²) q + 2 (f·q) f + 2 f × q] / (1 + |f|²),
+
+    which is an exact rotation for every f. 002 (3.15) drops the (f·q) f term because the
+    solution of (3.16) has f ⊥ q; keeping it makes |F q| = |q| hold to round-off even before
+    Newton's method has converged.
+    """
+    ff = dot(f, f)[..., None]
+    fq = dot(f, q)[..., None]
+    return 2.0 * (fq * f + jnp.cross(f, q) - ff * q) / (1.0 + ff)
+
+
+def cayley_rotate(f: Float[Array, "... 3"], q: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+    """F q with F = cay(f) ∈ SO(3) (002 (3.15)); |F q| = |q| to round-off."""
+    return q + cayley_displacement(f, q)
+
+
+def random_configuration(key: Array, n: int, dtype=None) -> Float[Array, "n 3"]:
+    """n independent points uniformly distributed on S²."""
+    v = jax.random.normal(key, (n, 3), dtype=dtype)
+    return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def random_state(key: Array, n: int, scale: float = 1.0, dtype=None) -> tuple[Array, Array]:
+    """A random (q, ω) ∈ T(S²)ⁿ: uniform q_i, Gaussian ω_i projected onto T_{q_i} S²."""
+    kq, kw = jax.random.split(key)
+    q = random_configuration(kq, n, dtype)
+    omega = project_tangent(q, scale * jax.random.normal(kw, (n, 3), dtype=dtype))
+    return q, omega

@@ -1,0 +1,149 @@
+"""The variational integrators of Lee–Leok–McClamroch 2009 (002) on (S²)ⁿ.
+
+Both come from the discrete Lagrangian (3.1),
+
+    L_d(q_k, q_{k+1}) = 1/(2h) Σ_ij M_ij Δ_i·Δ_j − h/2 V(q_k) − h/2 V(q_{k+1}),  Δ = q_{k+1} − q_k,
+
+by the discrete Hamilton principle and the discrete Legendre maps (3.8)–(3.9). The
+configuration is advanced by rotations, q_{i,k+1} = F_i q_{i,k} with F_i ∈ SO(3) (3.7), so
+|q_i| = 1 holds to round-off without any projection. Both are symmetric, symplectic, second
+order, and preserve the momentum maps of the symmetries of L.
+
+Where (3.10) and (3.12) write −h²/2 q_i × ∂V/∂q_i, the code writes +h²/2 q_i × F_i with the
+generalized force F = −∂V/∂q: the discrete Lagrange–d'Alembert principle adds non-conservative
+forces (001 (10)) to F at exactly these places.
+"""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from .._block_elimination import block_solve
+from .._custom_types import Array, Float
+from .._geometry import cayley_displacement, cayley_rotate, dot
+from .._newton import newton_root
+from .._results import RESULTS
+from .base import AbstractIntegrator, check_finite
+
+
+class VariationalState(eqx.Module):
+    inertia: Float[Array, "n n"]
+    force: Float[Array, "n 3"]  # F(q_k) = −∂V/∂q at the current configuration
+    impulse: Float[Array, "n 3"]  # h times the left side of (3.12) at step k
+
+
+class ExplicitState(eqx.Module):
+    inertia: Float[Array, "n n"]
+    force: Float[Array, "n 3"]
+
+
+def _coupled(inertia, x):
+    """Σ_{j≠i} M_ij x_j."""
+    return inertia @ x - jnp.diag(inertia)[:, None] * x
+
+
+class VariationalIntegrator(AbstractIntegrator):
+    """The implicit variational integrator (3.10)–(3.13) for any symmetric positive-definite M.
+
+    One step from (q_k, ω_k):
+
+    1. d_i = h M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × h ω_j) + h²/2 q_i × F_i  (right side of (3.10));
+    2. solve the Cayley equation (3.16) for f = (f_1, …, f_n),
+       2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
+       by Newton's method with a `jax.jacfwd` Jacobian, starting from f_i = d_i / (2 M_ii)
+       (the small-step solution). The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²),
+       is the only one along q_i, so the solution has f_i ⊥ q_i without a constraint;
+    3. q_{k+1} = cay(f_i) q_i (3.11);
+    4. ω_{k+1} from the linear system (3.13) by block elimination.
+
+    The first two terms of d_i are h times the left side of (3.12), which the previous step
+    has just computed as q_{i,k+1} × Σ_j M_ij Δ_j + h²/2 q_{i,k+1} × F_i(q_{k+1}). The step keeps
+    that impulse in its state instead of rebuilding it from ω_k: going through ω and back
+    multiplies and divides by h, and that round trip, repeated every step, leaves a biased
+    error that makes the momentum maps drift (measured on Example 1: 2e-11 relative drift
+    of the vertical angular momentum over 10⁴ steps, against 1e-12 without the round trip).
+    The map is the same; ω_k is still returned at every step.
+
+    **Arguments:**
+
+    - `rtol`, `atol`: Newton stops once max|δf| ≤ atol + rtol·max|f|; the error left is then
+      of order |δf|² (quadratic convergence), i.e. round-off.
+    - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    """
+
+    rtol: float = 1e-12
+    atol: float = 1e-12
+    max_steps: int = 20
+
+    requires_diagonal_inertia: ClassVar[bool] = False
+
+    def init(self, system, q, omega, params, dt):
+        inertia = system.inertia(q, params)
+        mass = jnp.diag(inertia)[:, None]
+        impulse = dt * (mass * omega - jnp.cross(q, _coupled(inertia, jnp.cross(q, omega))))
+        return VariationalState(inertia, -system.potential_gradient(q, params), impulse)
+
+    def step(self, system, q, omega, params, dt, state):
+        del omega  # carried exactly as `state.impulse`, see the class docstring
+        inertia, force = state.inertia, state.force
+        mass = jnp.diag(inertia)[:, None]
+        d = state.impulse + 0.5 * dt**2 * jnp.cross(q, force)
+
+        def cayley_residual(f):
+            # (3.16) with (F_j − I) q_j written by `cayley_displacement`.
+            displacement = cayley_displacement(f, q)
+            return 2.0 * mass * f / (1.0 + dot(f, f)[:, None]) + jnp.cross(
+                q, _coupled(inertia, displacement)
+            ) - d
+
+        f, _, converged = newton_root(
+            cayley_residual, d / (2.0 * mass), rtol=self.rtol, atol=self.atol, max_steps=self.max_steps
+        )
+        q_next = cayley_rotate(f, q)
+        # Δ from the stored q_{k+1}, not from f, so that the discrete Euler–Lagrange
+        # equations hold for the sequence actually stored.
+        displacement = q_next - q
+        force_next = -system.potential_gradient(q_next, params)
+        impulse = jnp.cross(q_next, inertia @ displacement) + 0.5 * dt**2 * jnp.cross(q_next, force_next)
+        operator = system.angular_velocity_operator(q_next, inertia)
+        omega_next = block_solve(operator, impulse / dt)
+        result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
+        result = check_finite(result, q_next, omega_next)
+        return q_next, omega_next, VariationalState(inertia, force_next, impulse), result
+
+
+class ExplicitVariationalIntegrator(AbstractIntegrator):
+    """The explicit variational integrator (3.17)–(3.18) for a diagonal inertia matrix.
+
+    With M_ij = 0 for i ≠ j, (3.16) decouples and has the closed-form solution
+
+        a_i = h ω_i + h²/(2 M_ii) q_i × F_i,
+        q_{i,k+1} = a_i × q_i + (1 − |a_i|²)^{1/2} q_i,                       (3.17)
+        ω_{i,k+1} = ω_i + h/(2 M_ii) (q_i × F_i(q_k) + q_{i,k+1} × F_i(q_{k+1})),   (3.18)
+
+    with F = −∂V/∂q. It is the same map as `VariationalIntegrator` (to round-off), without
+    Newton's method. When |a_i| > 1 no rotation solves (3.14): the step is too large, and the
+    step returns `RESULTS.step_too_large` instead of a NaN. A non-diagonal M gives
+    `RESULTS.inertia_not_diagonal` (and a `ValueError` from `simulate` when M is known
+    before compiling).
+    """
+
+    requires_diagonal_inertia: ClassVar[bool] = True
+
+    def init(self, system, q, omega, params, dt):
+        return ExplicitState(system.inertia(q, params), -system.potential_gradient(q, params))
+
+    def step(self, system, q, omega, params, dt, state):
+        inertia, force = state.inertia, state.force
+        mass = jnp.diag(inertia)[:, None]
+        a = dt * omega + 0.5 * dt**2 / mass * jnp.cross(q, force)
+        slack = 1.0 - dot(a, a)[:, None]
+        q_next = jnp.cross(a, q) + jnp.sqrt(jnp.maximum(slack, 0.0)) * q
+        force_next = -system.potential_gradient(q_next, params)
+        omega_next = omega + 0.5 * dt / mass * (jnp.cross(q, force) + jnp.cross(q_next, force_next))
+        diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
+        result = RESULTS.where(jnp.all(slack >= 0), RESULTS.successful, RESULTS.step_too_large)
+        result = check_finite(result, q_next, omega_next)
+        result = RESULTS.where(diagonal, result, RESULTS.inertia_not_diagonal)
+        return q_next, omega_next, ExplicitState(inertia, force_next), result

@@ -1,0 +1,27 @@
+"""Result codes of a step and of a simulation, in the style of optimistix's `RESULTS`."""
+
+import equinox as eqx
+
+
+class RESULTS(eqx.Enumeration):
+    """What happened in a step. `successful` is the only code that lets a simulation go on."""
+
+    successful = ""
+    newton_failed = (
+        "Newton's method did not solve the Cayley equation (3.16) of Lee–Leok–McClamroch 2009 "
+        "within its iteration cap; try a smaller step"
+    )
+    step_too_large = (
+        "1 − |a_i|² < 0 in the explicit update (3.17) of Lee–Leok–McClamroch 2009 (|a_i| = "
+        "|h ω_i − h²/(2 M_ii) q_i × ∂V/∂q_i|): the step is too large for the explicit integrator"
+    )
+    nonfinite_state = "the state became non-finite (NaN or inf)"
+    inertia_not_diagonal = (
+        "the explicit variational integrator (3.17)–(3.18) needs a diagonal inertia matrix M; "
+        "use VariationalIntegrator"
+    )
+    invalid_initial_state = (
+        "the initial state is not a finite point of T(S²)ⁿ (|q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond "
+        "1e-12) or dt ≤ 0"
+    )
+    adaptive_solver_failed = "the adaptive Runge–Kutta baseline failed (too many steps or a step size underflow)"
