@@ -3,6 +3,7 @@
 from . import models as models
 from ._diagnostics import (
     energy as energy,
+    figures_of_merit as figures_of_merit,
     momentum_map as momentum_map,
     tangency_error as tangency_error,
     unit_length_error as unit_length_error,

@@ -56,3 +56,24 @@ def unit_length_error(q: Float[Array, "... n 3"]) -> Float[Array, "..."]:
 def tangency_error(q: Float[Array, "... n 3"], omega: Float[Array, "... n 3"]) -> Float[Array, "..."]:
     """max_i |q_i·ω_i|, the distance of ω from the tangent spaces T_{q_i} S²."""
     return jnp.max(jnp.abs(dot(q, omega)), axis=-1)
+
+
+def figures_of_merit(lagrangian: Lagrangian, q, omega, params) -> dict[str, float]:
+    """The figures 002 §3.5 reports, defined (the paper does not define them):
+
+    - `mean_energy_error`: mean over the saved states of |E_k − E₀|;
+    - `mean_relative_energy_error`: the same divided by |E₀|;
+    - `max_energy_error`: max_k |E_k − E₀|;
+    - `mean_unit_length_error`: mean over the saved states of max_i ||q_i| − 1|;
+    - `max_unit_length_error`.
+    """
+    e = energy(lagrangian, q, omega, params)
+    error = jnp.abs(e - e[0])
+    unit = unit_length_error(q)
+    return {
+        "mean_energy_error": float(jnp.mean(error)),
+        "mean_relative_energy_error": float(jnp.mean(error) / jnp.abs(e[0])),
+        "max_energy_error": float(jnp.max(error)),
+        "mean_unit_length_error": float(jnp.mean(unit)),
+        "max_unit_length_error": float(jnp.max(unit)),
+    }

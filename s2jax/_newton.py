@@ -52,7 +52,9 @@ def newton_root(
         zero = jnp.zeros((), dtype=x0.dtype)
         x, steps, size, scale = lax.while_loop(cond, body, (x0, jnp.array(0), big, zero))
         converged = size <= atol + rtol * scale
-        return x, (steps, converged)
+        # Returned as floats: `custom_root` gives its auxiliary outputs tangents of their own
+        # dtype, which JAX rejects for ints and bools.
+        return x, (steps.astype(x.dtype), converged.astype(x.dtype))
 
     def tangent_solve(linear_fn, rhs):
         return _solve_jacobian(jax.jacfwd(linear_fn)(rhs), rhs)
@@ -60,4 +62,4 @@ def newton_root(
     x, (steps, converged) = lax.custom_root(
         residual, initial_guess, solve, tangent_solve, has_aux=True
     )
-    return x, steps, converged
+    return x, lax.stop_gradient(steps).astype(int), lax.stop_gradient(converged) > 0

@@ -71,13 +71,13 @@ class LagrangianSystem(eqx.Module):
         Diagonal blocks M_ii I₃; off-diagonal blocks −M_ij q̂_i q̂_j = −M_ij (q_j q_iᵀ − (q_i·q_j) I₃).
         """
         n = q.shape[0]
-        eye3 = jnp.eye(3, dtype=q.dtype)
-        gram = q @ q.T
+        eye3 = jnp.eye(3, dtype=q.dtype)[None, None]
+        gram = (q @ q.T)[:, :, None, None]
         outer = jnp.einsum("ja,ib->ijab", q, q)  # q_j q_iᵀ
-        off = -inertia[:, :, None, None] * (outer - gram[:, :, None, None] * eye3)
-        diag = jnp.diag(inertia)[:, None, None] * eye3
+        off = -inertia[:, :, None, None] * (outer - gram * eye3)
+        diag = jnp.diag(inertia)[:, None, None, None] * eye3
         is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]
-        return jnp.where(is_diag, diag[:, None], off)
+        return jnp.where(is_diag, diag, off)
 
     def angular_acceleration(
         self,

@@ -21,6 +21,8 @@ def inertia_matrix(params):
 
 def lagrangian(q, qdot, params):
     """L = ½ Σ M_ij q̇_i·q̇_j + (m₁ + m₂) g l₁ q₁₃ + m₂ g l₂ q₂₃."""
+    if q.shape != (2, 3):
+        raise ValueError(f"the double spherical pendulum has 2 bodies: q must have shape (2, 3), got {q.shape}")
     m1, m2, l1, l2, g = params["m1"], params["m2"], params["l1"], params["l2"], params["g"]
     kinetic = 0.5 * jnp.einsum("ij,ia,ja->", inertia_matrix(params), qdot, qdot)
     potential = -(m1 + m2) * g * l1 * q[0, 2] - m2 * g * l2 * q[1, 2]

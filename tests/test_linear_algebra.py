@@ -1,0 +1,37 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import s2jax as s2
+from s2jax._block_elimination import block_solve, inverse_3x3
+
+
+def test_inverse_3x3():
+    a = jax.random.normal(jax.random.PRNGKey(0), (5, 3, 3))
+    np.testing.assert_allclose(inverse_3x3(a) @ a, np.broadcast_to(np.eye(3), (5, 3, 3)), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 14])  # 14 takes the dense path
+def test_block_solve_on_the_operator_of_2_11(n):
+    key_q, key_m, key_b = jax.random.split(jax.random.PRNGKey(n), 3)
+    q, _ = s2.random_state(key_q, n)
+    root = jax.random.normal(key_m, (n, n))
+    inertia = root @ root.T + n * jnp.eye(n)
+    system = s2.LagrangianSystem(lambda q, qdot, p: 0.0)
+    blocks = system.angular_velocity_operator(q, inertia)
+    rhs = jax.random.normal(key_b, (n, 3))
+    x = block_solve(blocks, rhs)
+    dense = np.transpose(np.asarray(blocks), (0, 2, 1, 3)).reshape(3 * n, 3 * n)
+    np.testing.assert_allclose(x.reshape(-1), np.linalg.solve(dense, np.ravel(rhs)), rtol=1e-10, atol=1e-12)
+
+
+def test_cayley_rotation_is_exact():
+    q, _ = s2.random_state(jax.random.PRNGKey(2), 50)
+    f = 3.0 * jax.random.normal(jax.random.PRNGKey(3), (50, 3))  # not tangent, not small
+    rotated = s2.cayley_rotate(f, q)
+    np.testing.assert_allclose(jnp.linalg.norm(rotated, axis=-1), 1.0, rtol=0, atol=4e-16)
+    # Against the matrix form of 002 §3.3, F = (I + f̂)(I − f̂)⁻¹.
+    eye = jnp.eye(3)
+    matrices = (eye + s2.hat(f)) @ jnp.linalg.inv(eye - s2.hat(f))
+    np.testing.assert_allclose(rotated, jnp.einsum("nab,nb->na", matrices, q), atol=1e-13)

@@ -1,0 +1,169 @@
+"""The variational integrators of 002 §3 against independent computations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from double_pendulum_reference import solve as reference_solve, vector_field as reference_field
+
+import s2jax as s2
+from s2jax._discrete import discrete_legendre_step
+
+dsp = s2.models.double_spherical_pendulum
+
+
+def _params():
+    return {k: jnp.asarray(v) for k, v in dsp.paper_params().items()}
+
+
+def test_equations_of_motion_match_hand_written():
+    """(2.9)–(2.11) by autodiff against (3.19)–(3.20) typed in numpy, at random states."""
+    system = s2.LagrangianSystem(dsp.lagrangian)
+    params = _params()
+    raw = dsp.paper_params()
+    for seed in range(5):
+        q, omega = s2.random_state(jax.random.PRNGKey(seed), 2, scale=2.0)
+        inertia = system.inertia(q, params)
+        qdot, omegadot = system.vector_field(q, omega, params, inertia)
+        y = np.concatenate([np.ravel(q), np.ravel(omega)])
+        expected = reference_field(y, raw["m1"], raw["m2"], raw["l1"], raw["l2"], raw["g"])
+        np.testing.assert_allclose(np.ravel(qdot), expected[:6], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.ravel(omegadot), expected[6:], rtol=0, atol=1e-12)
+
+
+def test_second_order_against_dop853():
+    """Error at T = 1 s against DOP853 (rtol = atol = 1e-12) has log–log slope 2 ± 0.2."""
+    q0, omega0 = dsp.paper_state()
+    params = dsp.paper_params()
+    q_ref, omega_ref = reference_solve(q0, omega0, params, 1.0)
+    steps = np.array([20, 40, 80, 160, 320])
+    errors = []
+    for num_steps in steps:
+        sol = s2.simulate(
+            dsp.lagrangian, q0, omega0, params, dt=1.0 / num_steps, num_steps=int(num_steps), save_every=int(num_steps)
+        )
+        errors.append(
+            max(np.max(np.abs(sol.q[-1] - q_ref)), np.max(np.abs(sol.omega[-1] - omega_ref)))
+        )
+    slope = np.polyfit(np.log(1.0 / steps), np.log(errors), 1)[0]
+    assert abs(slope - 2.0) <= 0.2, (slope, errors)
+    assert errors[-1] < 1e-4  # the errors are the method's, far above the reference's 1e-12
+
+
+def test_invariants_over_ten_thousand_steps():
+    q0, omega0 = dsp.paper_state()
+    params = dsp.paper_params()
+    sol = s2.simulate(dsp.lagrangian, q0, omega0, params, dt=0.01, num_steps=10_000)
+    assert float(jnp.max(s2.unit_length_error(sol.q))) <= 1e-13
+    assert float(jnp.max(s2.tangency_error(sol.q, sol.omega))) <= 1e-12
+    momentum = s2.momentum_map(dsp.lagrangian, sol.q, sol.omega, params)
+    assert float(jnp.max(jnp.abs(momentum - momentum[0])) / jnp.abs(momentum[0])) <= 1e-11
+    energy = s2.energy(dsp.lagrangian, sol.q, sol.omega, params)
+    # Bounded: the energy error of a second-order symplectic method at h = 0.01 is O(h²).
+    assert float(jnp.max(jnp.abs(energy - energy[0])) / jnp.abs(energy[0])) < 1e-3
+
+
+def test_energy_error_does_not_drift():
+    """Mean |E_k − E₀| over the second half of 10⁵ steps ≤ 1.5× that over the first half."""
+    q0, omega0 = dsp.paper_state()
+    params = dsp.paper_params()
+    sol = s2.simulate(dsp.lagrangian, q0, omega0, params, dt=0.01, num_steps=100_000, save_every=10)
+    energy = np.asarray(s2.energy(dsp.lagrangian, sol.q, sol.omega, params))
+    error = np.abs(energy[1:] - energy[0])
+    first, second = np.mean(error[: error.size // 2]), np.mean(error[error.size // 2 :])
+    assert second <= 1.5 * first, (first, second)
+    # The same diagnostic catches a drifting method: RK4 with a step large enough to drift.
+    rk = s2.simulate(
+        dsp.lagrangian, q0, omega0, params, dt=0.05, num_steps=20_000, save_every=10,
+        integrator=s2.RungeKutta4(),
+    )
+    rk_energy = np.asarray(s2.energy(dsp.lagrangian, rk.q, rk.omega, params))
+    rk_error = np.abs(rk_energy[1:] - rk_energy[0])
+    half = rk_error.size // 2
+    assert np.mean(rk_error[half:]) > 1.5 * np.mean(rk_error[:half])
+
+
+def test_structured_step_matches_autodiff_discrete_euler_lagrange():
+    """(3.10)–(3.16) and the DEL equations of the trapezoidal L_d agree to round-off."""
+    system = s2.LagrangianSystem(dsp.lagrangian)
+    params = _params()
+    dt = jnp.asarray(0.05)
+    for seed in range(3):
+        q, omega = s2.random_state(jax.random.PRNGKey(10 + seed), 2, scale=1.5)
+        integrator = s2.VariationalIntegrator()
+        state = integrator.init(system, q, omega, params, dt)
+        q1, omega1, _, result = integrator.step(system, q, omega, params, dt, state)
+        assert result == s2.RESULTS.successful
+        p0 = system.conjugate_momentum(q, omega, params)
+        q1_del, p1_del, converged = discrete_legendre_step(dsp.lagrangian, q, p0, params, dt)
+        assert bool(converged)
+        np.testing.assert_allclose(q1, q1_del, rtol=0, atol=1e-14)
+        p1 = system.conjugate_momentum(q1, omega1, params)
+        scale = float(jnp.max(jnp.abs(p1)))
+        # The momenta are recovered from O(h) position differences divided by h, so
+        # round-off is amplified by 1/h: a few eps·|p|/h.
+        np.testing.assert_allclose(p1, p1_del, rtol=0, atol=50 * 2.2e-16 * scale / float(dt))
+
+
+def _three_uncoupled_pendula(q, qdot, p):
+    """Diagonal inertia, coupled through the potential only (002 (3.17) applies)."""
+    kinetic = 0.5 * jnp.sum(p["m"][:, None] * qdot**2)
+    potential = -jnp.sum(p["m"] * p["g"] * q[:, 2]) + p["k"] * jnp.sum(q[0] * q[1] + q[1] * q[2])
+    return kinetic - potential
+
+
+def test_explicit_and_implicit_agree_for_diagonal_inertia():
+    params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81, "k": 3.0}
+    q0, omega0 = s2.random_state(jax.random.PRNGKey(3), 3)
+    kwargs = dict(dt=0.01, num_steps=50)
+    implicit = s2.simulate(_three_uncoupled_pendula, q0, omega0, params, **kwargs)
+    explicit = s2.simulate(
+        _three_uncoupled_pendula, q0, omega0, params, integrator=s2.ExplicitVariationalIntegrator(), **kwargs
+    )
+    np.testing.assert_allclose(implicit.q, explicit.q, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(implicit.omega, explicit.omega, rtol=0, atol=1e-12)
+
+
+def test_explicit_step_too_large_is_a_result_code_not_nan():
+    params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81, "k": 3.0}
+    q0, omega0 = s2.random_state(jax.random.PRNGKey(4), 3, scale=5.0)
+    sol = s2.simulate(
+        _three_uncoupled_pendula, q0, omega0, params, dt=0.5, num_steps=10,
+        integrator=s2.ExplicitVariationalIntegrator(), throw=False,
+    )
+    assert sol.result == s2.RESULTS.step_too_large
+    assert int(sol.failed_step) == 0
+    assert bool(jnp.all(jnp.isfinite(sol.q))) and bool(jnp.all(jnp.isfinite(sol.omega)))
+    with pytest.raises(s2.SimulationError, match=r"step 0 → 1.*too large"):
+        s2.simulate(
+            _three_uncoupled_pendula, q0, omega0, params, dt=0.5, num_steps=10,
+            integrator=s2.ExplicitVariationalIntegrator(),
+        )
+
+
+def test_explicit_rejects_non_diagonal_inertia():
+    q0, omega0 = dsp.paper_state()
+    with pytest.raises(ValueError, match=r"diagonal inertia.*M\[0, 1\]"):
+        s2.simulate(
+            dsp.lagrangian, q0, omega0, dsp.paper_params(), dt=0.01, num_steps=10,
+            integrator=s2.ExplicitVariationalIntegrator(),
+        )
+    # Under jit the inertia is traced: the same condition becomes a result code.
+    run = jax.jit(
+        lambda p: s2.simulate(
+            dsp.lagrangian, *dsp.paper_state(), p, dt=0.01, num_steps=10,
+            integrator=s2.ExplicitVariationalIntegrator(), throw=False,
+        ).result
+    )
+    assert run(_params()) == s2.RESULTS.inertia_not_diagonal
+
+
+def test_newton_failure_is_reported():
+    q0, omega0 = dsp.paper_state()
+    sol = s2.simulate(
+        dsp.lagrangian, q0, omega0, dsp.paper_params(), dt=0.01, num_steps=10,
+        integrator=s2.VariationalIntegrator(max_steps=1), throw=False,
+    )
+    assert sol.result == s2.RESULTS.newton_failed
+    assert int(sol.failed_step) == 0
+    np.testing.assert_array_equal(sol.q[-1], sol.q[0])  # the state is frozen, not corrupted
