@@ -17,6 +17,7 @@ from ._geometry import (
 from ._integrators import (
     AbstractIntegrator as AbstractIntegrator,
     AdaptiveRungeKutta45 as AdaptiveRungeKutta45,
+    Composition as Composition,
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
     RungeKutta2 as RungeKutta2,
     RungeKutta2WithReprojection as RungeKutta2WithReprojection,

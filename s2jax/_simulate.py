@@ -111,7 +111,7 @@ def simulate(
             raise ValueError(f"dt must be a finite positive number; got {dt}")
         if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(params)):
             inertia = check_lagrangian_form(lagrangian, q0, omega0, params)
-            if getattr(integrator, "requires_diagonal_inertia", False):
+            if _requires_diagonal_inertia(integrator):
                 off = inertia - np.diag(np.diag(inertia))
                 if np.any(off != 0):
                     i, j = np.argwhere(off != 0)[0]
@@ -128,6 +128,13 @@ def simulate(
         else:
             solution = _error_if_failed(solution, dt)
     return solution
+
+
+def _requires_diagonal_inertia(integrator) -> bool:
+    base = getattr(integrator, "integrator", None)  # a `Composition` asks its base method
+    if base is not None:
+        return _requires_diagonal_inertia(base)
+    return getattr(integrator, "requires_diagonal_inertia", False)
 
 
 def _positive_int(value, name):

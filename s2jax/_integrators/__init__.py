@@ -9,3 +9,4 @@ from .variational import (
     VariationalIntegrator as VariationalIntegrator,
 )
 from .adaptive import AdaptiveRungeKutta45 as AdaptiveRungeKutta45
+from .composition import Composition as Composition

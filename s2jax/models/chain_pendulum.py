@@ -1,0 +1,86 @@
+"""The chain pendulum of Lee–Leok–McClamroch 2015 (001), §V, without the forces τ and d.
+
+n links serially connected by spherical joints, the first to a fixed pivot; the mass m_i of
+link i is concentrated at its outboard end, l_i is its length. q_1 points from the pivot to
+the first mass, q_i from the (i − 1)-th joint to the i-th mass, so the i-th mass is at
+x_i = Σ_{j≤i} l_j q_j. The kinetic energy ½ Σ_i m_i |ẋ_i|² is (38),
+
+    T = ½ Σ_ij M_ij q̇_i·q̇_j,    M_ij = (Σ_{k ≥ max(i, j)} m_k) l_i l_j,
+
+(001 writes M_ij for the mass sums alone and puts l_i l_j beside them; here M_ij includes
+them, as in 002 (2.2)), and the potential (39) is
+
+    V(q) = −Σ_i (Σ_{k ≥ i} m_k) g l_i e₃·q_i.
+
+**Sign convention.** 001 takes e₃ vertical *up*, U = +Σ_i m_i g e₃·x_i. We take e₃ to be the
+direction of gravity (*down*), as 002 and every s2jax model do, hence the minus sign above:
+the two differ by the reflection x₃ ↦ −x₃. With this choice n = 1 is
+`spherical_pendulum` and n = 2 is 002 Example 1 (`double_spherical_pendulum`).
+
+001 takes the base torque τ and the tip force d of (40) as generalized forces; they are not
+part of the Lagrangian and are left out here.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def _mass_beyond(masses):
+    """Σ_{k ≥ i} m_k, the mass carried by joint i."""
+    return jnp.cumsum(masses[::-1])[::-1]
+
+
+def inertia_matrix(params):
+    """M_ij = (Σ_{k ≥ max(i, j)} m_k) l_i l_j.
+
+    Σ_{k ≥ i} m_k decreases with i, so its value at max(i, j) is the smaller of the two.
+    """
+    carried = _mass_beyond(params["masses"])
+    lengths = params["lengths"]
+    return jnp.minimum(carried[:, None], carried[None, :]) * jnp.outer(lengths, lengths)
+
+
+def potential(q, params):
+    """(39) with e₃ the direction of gravity: V = −g Σ_i (Σ_{k ≥ i} m_k) l_i q_i·e₃."""
+    carried = _mass_beyond(params["masses"])
+    return -params["g"] * jnp.sum(carried * params["lengths"] * q[:, 2])
+
+
+def lagrangian(q, qdot, params):
+    """L = ½ Σ_ij M_ij q̇_i·q̇_j − V(q)."""
+    n = params["masses"].shape[0]
+    if q.shape != (n, 3):
+        raise ValueError(f"this chain pendulum has {n} links: q must have shape ({n}, 3), got {q.shape}")
+    kinetic = 0.5 * jnp.einsum("ij,ia,ja->", inertia_matrix(params), qdot, qdot)
+    return kinetic - potential(q, params)
+
+
+def paper_params(n=3):
+    """m_i = 1 kg, l_i = 9.81 m, g = 9.81 m/s² for all n links.
+
+    001 §V prints no numbers; these are the values of 002 Example 1, so that n = 2 is that
+    example.
+    """
+    return {"masses": np.ones(n), "lengths": np.full(n, 9.81), "g": 9.81}
+
+
+def paper_state(n=3):
+    """Our initial state: 002 Example 1's, extended to n links.
+
+    The first link starts as Example 1's first link, q₁ = (√3/2, 0, ½) (60° from the downward
+    vertical e₃), ω₁ the printed (−0.4330, 0, 0.75) projected onto T_{q₁} S²; the last link
+    (n ≥ 2) as Example 1's second link, q_n = e₃, ω_n = (0, 1, 0) rad/s; links in between hang
+    at rest, q_i = e₃, ω_i = 0. For n = 2 this is `double_spherical_pendulum.paper_state()`.
+
+    **Returns:** `(q0, omega0)`, numpy arrays of shape (n, 3).
+    """
+    if n < 1:
+        raise ValueError(f"a chain pendulum has at least one link; got n = {n}")
+    q0 = np.tile([0.0, 0.0, 1.0], (n, 1))
+    omega0 = np.zeros((n, 3))
+    q0[0] = [np.sqrt(3.0) / 2.0, 0.0, 0.5]
+    printed = np.array([-0.4330, 0.0, 0.75])
+    omega0[0] = printed - np.dot(q0[0], printed) * q0[0]
+    if n >= 2:
+        omega0[-1] = [0.0, 1.0, 0.0]
+    return q0, omega0

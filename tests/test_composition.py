@@ -1,0 +1,51 @@
+"""Yoshida compositions of the variational integrators (002 §3.4)."""
+
+import numpy as np
+import pytest
+from double_pendulum_reference import solve as reference_solve
+
+import s2jax as s2
+from s2jax._integrators.composition import triple_jump_weights
+
+dsp = s2.models.double_spherical_pendulum
+
+
+def test_weights_are_consistent():
+    for order in (4, 6):
+        weights = np.array(triple_jump_weights(order))
+        assert weights.size == 3 ** (order // 2 - 1)
+        np.testing.assert_allclose(weights.sum(), 1.0, rtol=0, atol=1e-15)
+        # The order conditions of a symmetric composition of a second-order method.
+        np.testing.assert_allclose(np.sum(weights**3), 0.0, atol=1e-14)
+    np.testing.assert_allclose(np.sum(np.array(triple_jump_weights(6)) ** 5), 0.0, atol=1e-13)
+
+
+@pytest.mark.parametrize("order, steps", [(4, [10, 20, 40, 80]), (6, [20, 30, 45, 68])])
+def test_order_against_dop853(order, steps):
+    q0, omega0 = dsp.paper_state()
+    params = dsp.paper_params()
+    q_ref, omega_ref = reference_solve(q0, omega0, params, 1.0, rtol=1e-13, atol=1e-13)
+    errors = []
+    for n in steps:
+        sol = s2.simulate(
+            dsp.lagrangian, q0, omega0, params, dt=1.0 / n, num_steps=n, save_every=n,
+            integrator=s2.Composition(s2.VariationalIntegrator(), order=order),
+        )
+        errors.append(max(np.max(np.abs(sol.q[-1] - q_ref)), np.max(np.abs(sol.omega[-1] - omega_ref))))
+    slope = np.polyfit(np.log(1.0 / np.array(steps)), np.log(errors), 1)[0]
+    assert abs(slope - order) <= 0.25, (slope, errors)
+    assert errors[-1] > 1e-11  # still far above the reference's error
+
+
+def test_composed_vi_keeps_unit_length():
+    q0, omega0 = dsp.paper_state()
+    sol = s2.simulate(
+        dsp.lagrangian, q0, omega0, dsp.paper_params(), dt=0.05, num_steps=2000, save_every=10,
+        integrator=s2.Composition(s2.VariationalIntegrator(), order=6),
+    )
+    assert float(np.max(s2.unit_length_error(sol.q))) <= 1e-13
+
+
+def test_bad_order_is_rejected():
+    with pytest.raises(ValueError, match="order 4 or 6"):
+        s2.Composition(s2.VariationalIntegrator(), order=3)
