@@ -31,8 +31,7 @@ class VariationalState(eqx.Module):
     inertia: Float[Array, "n n"]
     force: Float[Array, "n 3"]  # F(q_k) = −∂V/∂q at the current configuration
     impulse: Float[Array, "n 3"]  # h times the left side of (3.12) at step k
-    cayley: Float[Array, "n 3"]  # f of the previous step: Newton's initial guess
-    dt: Float[Array, ""]  # the h of `impulse` and `cayley`
+    dt: Float[Array, ""]  # the h of `impulse`
 
 
 class ExplicitState(eqx.Module):
@@ -53,9 +52,8 @@ class VariationalIntegrator(AbstractIntegrator):
     1. d_i = h M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × h ω_j) + h²/2 q_i × F_i  (right side of (3.10));
     2. solve the Cayley equation (3.16) for f = (f_1, …, f_n),
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
-       by Newton's method with a `jax.jacfwd` Jacobian, starting from the previous step's f
-       (which differs by O(h²); the first step starts from f_i = d_i / (2 M_ii), the
-       small-step solution). The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²),
+       by Newton's method with a `jax.jacfwd` Jacobian, starting from f_i = d_i / (2 M_ii)
+       (the solution for diagonal M and small steps). The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²),
        is the only one along q_i, so the solution has f_i ⊥ q_i without a constraint;
     3. q_{k+1} = cay(f_i) q_i (3.11);
     4. ω_{k+1} from the linear system (3.13) by block elimination.
@@ -85,18 +83,15 @@ class VariationalIntegrator(AbstractIntegrator):
         inertia = system.inertia(q, params)
         mass = jnp.diag(inertia)[:, None]
         impulse = dt * (mass * omega - jnp.cross(q, _coupled(inertia, jnp.cross(q, omega))))
-        force = -system.potential_gradient(q, params)
-        guess = (impulse + 0.5 * dt**2 * jnp.cross(q, force)) / (2.0 * mass)
-        return VariationalState(inertia, force, impulse, guess, dt)
+        return VariationalState(inertia, -system.potential_gradient(q, params), impulse, dt)
 
     def step(self, system, q, omega, params, dt, state):
         del omega  # carried exactly as `state.impulse`, see the class docstring
         inertia, force = state.inertia, state.force
         mass = jnp.diag(inertia)[:, None]
         # A step of another size (a composition's sub-step, a backward step) rescales the
-        # h-scaled quantities; for the usual constant step the ratio is exactly 1.
-        ratio = dt / state.dt
-        d = ratio * state.impulse + 0.5 * dt**2 * jnp.cross(q, force)
+        # h-scaled impulse; for the usual constant step the ratio is exactly 1.
+        d = (dt / state.dt) * state.impulse + 0.5 * dt**2 * jnp.cross(q, force)
 
         def cayley_residual(f):
             # (3.16) with (F_j − I) q_j written by `cayley_displacement`.
@@ -106,7 +101,7 @@ class VariationalIntegrator(AbstractIntegrator):
             ) - d
 
         f, _, converged = newton_root(
-            cayley_residual, ratio * state.cayley, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps
+            cayley_residual, d / (2.0 * mass), rtol=self.rtol, atol=self.atol, max_steps=self.max_steps
         )
         q_next = cayley_rotate(f, q)
         # Δ from the stored q_{k+1}, not from f, so that the discrete Euler–Lagrange
@@ -118,7 +113,7 @@ class VariationalIntegrator(AbstractIntegrator):
         omega_next = block_solve(operator, impulse / dt)
         result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
         result = check_finite(result, q_next, omega_next)
-        return q_next, omega_next, VariationalState(inertia, force_next, impulse, f, dt), result
+        return q_next, omega_next, VariationalState(inertia, force_next, impulse, dt), result
 
 
 class ExplicitVariationalIntegrator(AbstractIntegrator):
