@@ -1,6 +1,12 @@
 """s2jax: differentiable variational integrators for mechanical systems on (S²)ⁿ."""
 
 from . import models as models
+from ._adjoint import (
+    AbstractAdjoint as AbstractAdjoint,
+    CheckpointedAdjoint as CheckpointedAdjoint,
+    DirectAdjoint as DirectAdjoint,
+    ReversibleAdjoint as ReversibleAdjoint,
+)
 from ._diagnostics import (
     energy as energy,
     figures_of_merit as figures_of_merit,
@@ -13,15 +19,24 @@ from ._geometry import (
     hat as hat,
     project_tangent as project_tangent,
     random_state as random_state,
+    retract_state as retract_state,
 )
 from ._integrators import (
     AbstractIntegrator as AbstractIntegrator,
     AdaptiveRungeKutta45 as AdaptiveRungeKutta45,
+    CommutatorFreeRK4 as CommutatorFreeRK4,
     Composition as Composition,
+    DiscreteHamelIntegrator as DiscreteHamelIntegrator,
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
+    LieEuler as LieEuler,
+    LieEulerHeun as LieEulerHeun,
+    RKMK3 as RKMK3,
+    RKMK4 as RKMK4,
     RungeKutta2 as RungeKutta2,
     RungeKutta2WithReprojection as RungeKutta2WithReprojection,
     RungeKutta4 as RungeKutta4,
+    Rattle as Rattle,
+    StormerVerlet as StormerVerlet,
     VariationalIntegrator as VariationalIntegrator,
 )
 from ._results import RESULTS as RESULTS

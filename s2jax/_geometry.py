@@ -71,3 +71,22 @@ def random_state(key: Array, n: int, scale: float = 1.0, dtype=None) -> tuple[Ar
     q = random_configuration(kq, n, dtype)
     omega = project_tangent(q, scale * jax.random.normal(kw, (n, 3), dtype=dtype))
     return q, omega
+
+
+def retract_state(
+    q: Float[Array, "n 3"],
+    omega: Float[Array, "n 3"],
+    delta_q: Float[Array, "n 3"],
+    delta_omega: Float[Array, "n 3"],
+) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"]]:
+    """A point of T(S²)ⁿ near (q, ω), moved by tangent increments (δq, δω).
+
+    q_i ↦ F_i q_i with F_i = cay(½ q_i × δq_i), so d(F_i q_i) = P_i δq_i at δq = 0; ω_i ↦ F_i ω_i
+    + P_{F_i q_i} δω_i, which stays tangent at the new q_i. For any δq, δω the result lies exactly
+    on T(S²)ⁿ, so the derivative of a loss with respect to (δq, δω) at zero is its gradient
+    with respect to the initial state along T(S²)ⁿ (the normal components of δq, δω do not act).
+    """
+    f = 0.5 * jnp.cross(q, delta_q)
+    q_new = cayley_rotate(f, q)
+    omega_new = cayley_rotate(f, omega) + project_tangent(q_new, delta_omega)
+    return q_new, omega_new

@@ -8,17 +8,19 @@ class RESULTS(eqx.Enumeration):
 
     successful = ""
     newton_failed = (
-        "Newton's method did not solve the Cayley equation (3.16) of Lee–Leok–McClamroch 2009 "
-        "within its iteration cap; try a smaller step"
+        "Newton's method did not solve the step's implicit equations (for VariationalIntegrator, "
+        "the Cayley equation (3.16) of Lee–Leok–McClamroch 2009) within its iteration cap; try a "
+        "smaller step"
     )
     step_too_large = (
-        "1 − |a_i|² < 0 in the explicit update (3.17) of Lee–Leok–McClamroch 2009 (|a_i| = "
-        "|h ω_i − h²/(2 M_ii) q_i × ∂V/∂q_i|): the step is too large for the explicit integrator"
+        "the step is too large for this explicit integrator (for ExplicitVariationalIntegrator: "
+        "1 − |a_i|² < 0 in (3.17) of Lee–Leok–McClamroch 2009, |a_i| = "
+        "|h ω_i − h²/(2 M_ii) q_i × ∂V/∂q_i|)"
     )
     nonfinite_state = "the state became non-finite (NaN or inf)"
     inertia_not_diagonal = (
-        "the explicit variational integrator (3.17)–(3.18) needs a diagonal inertia matrix M; "
-        "use VariationalIntegrator"
+        "this integrator needs a diagonal inertia matrix M (e.g. the explicit variational "
+        "integrator (3.17)–(3.18)); use VariationalIntegrator"
     )
     invalid_initial_state = (
         "the initial state is not a finite point of T(S²)ⁿ (|q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond "

@@ -1,6 +1,8 @@
 """`simulate`: one jitted `lax.scan` over the steps of an integrator."""
 
+import math
 import numbers
+import sys
 
 import equinox as eqx
 import jax
@@ -10,13 +12,17 @@ import numpy as np
 from jax import lax
 
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
-from ._integrators import AbstractIntegrator, AdaptiveRungeKutta45, VariationalIntegrator
+from ._adjoint import _NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
+from ._integrators import (
+    AbstractIntegrator,
+    AdaptiveRungeKutta45,
+    Composition,
+    ExplicitVariationalIntegrator,
+    VariationalIntegrator,
+)
 from ._results import RESULTS
 from ._system import LagrangianSystem, check_lagrangian_form
 from ._validation import INITIAL_STATE_TOLERANCE, validate_initial_state
-
-_NO_FAILURE = -1
-
 
 class SimulationError(RuntimeError):
     """A step could not be taken (raised by `simulate(..., throw=True)`)."""
@@ -51,7 +57,9 @@ def simulate(
     num_steps: int,
     integrator: AbstractIntegrator | AdaptiveRungeKutta45 = VariationalIntegrator(),
     save_every: int = 1,
+    adjoint: AbstractAdjoint = DirectAdjoint(),
     throw: bool = True,
+    progress: bool = False,
 ) -> Solution:
     """Simulate the system of `lagrangian` from (q0, ω0) for `num_steps` steps of size `dt`.
 
@@ -71,8 +79,12 @@ def simulate(
     - `integrator`: a `VariationalIntegrator` (default), `ExplicitVariationalIntegrator`,
       a Runge–Kutta baseline, or `AdaptiveRungeKutta45`.
     - `save_every`: save every k-th state; must divide `num_steps`.
+    - `adjoint`: how reverse-mode differentiation stores the trajectory: `DirectAdjoint()`
+      (default; every step), `CheckpointedAdjoint(block_size)` or `ReversibleAdjoint()`
+      (memory independent of the number of steps; symmetric integrators only).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
       index) if a step fails; with `throw=False` the failure is reported in `result`.
+    - `progress`: show a progress bar on stderr (updated at most ~50 times, from the device).
 
     Bad input raises `ValueError` before anything is compiled: wrong shapes, non-finite
     values, |q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond 1e-12 (naming the body), dt ≤ 0, a Lagrangian not
@@ -82,6 +94,13 @@ def simulate(
 
     **Returns:** a `Solution`.
     """
+    if not isinstance(adjoint, AbstractAdjoint):
+        raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
+    if isinstance(adjoint, ReversibleAdjoint) and not _is_symmetric(integrator):
+        raise ValueError(
+            f"ReversibleAdjoint needs a symmetric integrator (a step with −h undoing a step with "
+            f"h); {type(integrator).__name__} is not. Use DirectAdjoint or CheckpointedAdjoint."
+        )
     if not isinstance(integrator, (AbstractIntegrator, AdaptiveRungeKutta45)):
         raise TypeError(f"`integrator` must be an s2jax integrator, got {integrator!r}")
     if not callable(lagrangian):
@@ -116,18 +135,25 @@ def simulate(
                 if np.any(off != 0):
                     i, j = np.argwhere(off != 0)[0]
                     raise ValueError(
-                        f"{type(integrator).__name__} needs a diagonal inertia matrix "
-                        f"((3.17)–(3.18) of Lee–Leok–McClamroch 2009), but M[{i}, {j}] = "
-                        f"{inertia[i, j]}; use VariationalIntegrator."
+                        f"{type(integrator).__name__} needs a diagonal inertia matrix, but "
+                        f"M[{i}, {j}] = {inertia[i, j]}; use VariationalIntegrator."
                     )
 
-    solution = _integrate(lagrangian, integrator, q0, omega0, params, dt, num_steps, save_every)
+    solution = _integrate(
+        lagrangian, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress
+    )
     if throw:
         if concrete and not isinstance(solution.result._value, jax.core.Tracer):
             _raise_if_failed(solution.result._value, solution.failed_step, dt)
         else:
             solution = _error_if_failed(solution, dt)
     return solution
+
+
+def _is_symmetric(integrator) -> bool:
+    if isinstance(integrator, Composition):
+        return _is_symmetric(integrator.integrator)
+    return isinstance(integrator, (VariationalIntegrator, ExplicitVariationalIntegrator))
 
 
 def _requires_diagonal_inertia(integrator) -> bool:
@@ -150,7 +176,7 @@ def _trace_floats(leaf):
 
 
 @eqx.filter_jit
-def _integrate(lagrangian, integrator, q0, omega0, params, dt, num_steps, save_every):
+def _integrate(lagrangian, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress):
     system = LagrangianSystem(lagrangian)
     num_saves = num_steps // save_every
     t = dt * save_every * jnp.arange(num_saves + 1, dtype=dt.dtype)
@@ -162,7 +188,6 @@ def _integrate(lagrangian, integrator, q0, omega0, params, dt, num_steps, save_e
         & (dt > 0)
     )
     result0 = RESULTS.where(valid, RESULTS.successful, RESULTS.invalid_initial_state)
-    failed0 = jnp.where(valid, _NO_FAILURE, 0)
 
     if isinstance(integrator, AdaptiveRungeKutta45):
         q, omega, result, _ = integrator.solve(system, q0, omega0, params, t)
@@ -170,29 +195,44 @@ def _integrate(lagrangian, integrator, q0, omega0, params, dt, num_steps, save_e
         failed = jnp.where(result == RESULTS.successful, _NO_FAILURE, 0)
         return Solution(t, q, omega, result, failed)
 
-    state0 = integrator.init(system, q0, omega0, params, dt)
+    dynamic, static = eqx.partition(params, eqx.is_inexact_array)
 
-    def step(carry, _):
-        q, omega, state, result, failed_step, k = carry
-        q1, omega1, state1, step_result = integrator.step(system, q, omega, params, dt, state)
-        running = result == RESULTS.successful
-        accept = running & (step_result == RESULTS.successful)
-        q, omega, state = jtu.tree_map(
-            lambda new, old: jnp.where(accept, new, old), (q1, omega1, state1), (q, omega, state)
-        )
-        failed_step = jnp.where(running & ~accept, k, failed_step)
-        result = RESULTS.where(running, step_result, result)
-        return (q, omega, state, result, failed_step, k + 1), None
+    def init(q, omega, dynamic, dt):
+        return integrator.init(system, q, omega, eqx.combine(dynamic, static), dt)
 
-    def save(carry, _):
-        carry, _ = lax.scan(step, carry, length=save_every)
-        return carry, (carry[0], carry[1])
+    def step(q, omega, state, dynamic, dt):
+        return integrator.step(system, q, omega, eqx.combine(dynamic, static), dt, state)
 
-    carry0 = (q0, omega0, state0, result0, failed0, jnp.array(0))
-    (_, _, _, result, failed_step, _), (qs, omegas) = lax.scan(save, carry0, length=num_saves)
+    on_save = None if not progress else _progress_hook(num_saves, save_every)
+    qs, omegas, result, failed_step = adjoint.loop(
+        init, step, (q0, omega0, dynamic, dt), result0, num_saves, save_every, on_save
+    )
     q = jnp.concatenate([q0[None], qs])
     omega = jnp.concatenate([omega0[None], omegas])
     return Solution(t, q, omega, result, failed_step)
+
+
+def _progress_hook(num_saves: int, save_every: int):
+    """A text progress bar, updated from the device at most every few hundred steps.
+
+    The update is a `jax.debug.callback` inside a `lax.cond` on the save index, so the
+    host is called at most ~50 times per simulation, never once per step.
+    """
+    total = num_saves * save_every
+    every = max(math.ceil(200 / save_every), math.ceil(num_saves / 50))
+
+    def show(index):
+        done = (int(index) + 1) * save_every
+        filled = round(30 * done / total)
+        end = "\n" if done >= total else ""
+        print(f"\r  [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} steps", end=end,
+              file=sys.stderr, flush=True)
+
+    def on_save(index):
+        update = ((index + 1) % every == 0) | (index == num_saves - 1)
+        lax.cond(update, lambda: jax.debug.callback(show, index), lambda: None)
+
+    return on_save
 
 
 def _failure_message(code, failed_step, dt, batch_index=None) -> str:
@@ -236,9 +276,7 @@ def _error_if_failed(solution: Solution, dt) -> Solution:
     token = jax.pure_callback(
         check,
         jax.ShapeDtypeStruct(codes.shape, jnp.int32),
-        codes,
-        solution.failed_step,
-        dt,
+        *lax.stop_gradient((codes, solution.failed_step, dt)),
         vmap_method="broadcast_all",
     )
     _, solution = lax.optimization_barrier((token, solution))

@@ -10,3 +10,12 @@ from .variational import (
 )
 from .adaptive import AdaptiveRungeKutta45 as AdaptiveRungeKutta45
 from .composition import Composition as Composition
+from .constrained import Rattle as Rattle, StormerVerlet as StormerVerlet
+from .hamel import DiscreteHamelIntegrator as DiscreteHamelIntegrator
+from .lie_group import (
+    RKMK3 as RKMK3,
+    RKMK4 as RKMK4,
+    CommutatorFreeRK4 as CommutatorFreeRK4,
+    LieEuler as LieEuler,
+    LieEulerHeun as LieEulerHeun,
+)

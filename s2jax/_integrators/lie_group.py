@@ -32,7 +32,9 @@ So Ψ_*(ξ(q, ω))|_(q, ω) = (q̇, ω̇) to round-off for every s2jax model (ch
 stage points, so |q_i| = 1 and q_i·ω_i = 0 hold to round-off by construction, never by
 projection: Lie–Euler (order 1), Runge–Kutta–Munthe-Kaas (RKMK) methods of order 2, 3, 4
 (Munthe-Kaas 1999; Iserles–Munthe-Kaas–Nørsett–Zanna 2000) and the commutator-free method of
-order 4 of Celledoni–Marthinsen–Owren 2003, the methods whose orders 003 reports.
+order 4 of Celledoni–Marthinsen–Owren 2003. The stored text of 003 names these families but
+gives neither their coefficients nor its measured orders; the tableaux below are the standard ones.
+003 numbers a single display, (22); the other equations are cited by section.
 """
 
 from typing import ClassVar
@@ -130,7 +132,7 @@ _DEXPINV_COEFFICIENTS = (-1.0 / 2.0, 1.0 / 12.0, 0.0, -1.0 / 720.0)
 
 
 def dexpinv(theta: Algebra, xi: Algebra, truncation: int) -> Algebra:
-    """dexp⁻¹_θ(ξ) = ξ − ½[θ, ξ] + 1/12 [θ, [θ, ξ]] − …, keeping the ad_θ^k terms with k ≤ truncation.
+    """dexp⁻¹_θ(ξ) = ξ − ½[θ, ξ] + 1/12 [θ, [θ, ξ]] − …, up to the ad_θ^k term, k = truncation.
 
     An RKMK method of order p needs k ≤ p − 2: θ = O(h), so the dropped terms change a stage
     by O(h^{p−1}) and the step by O(h^p) (Munthe-Kaas 1999).
@@ -145,7 +147,7 @@ def dexpinv(theta: Algebra, xi: Algebra, truncation: int) -> Algebra:
 
 
 def se3_vector_field(system, q, omega, params, inertia) -> Algebra:
-    """ξ(q, ω) = (ω_i, q_i × h_i)_i with h_i = ω̇_i, the function f of 003 §"The equations of motion".
+    """ξ(q, ω) = (ω_i, q_i × h_i)_i, h_i = ω̇_i: the f of 003 §"The equations of motion".
 
     `Ψ_*(ξ(q, ω))|_(q, ω)` equals `system.vector_field(q, omega, params, inertia)` on (TS²)ⁿ
     (see the module docstring for why h_i = ω̇_i is tangent, so (q_i × h_i) × q_i = h_i).
@@ -210,7 +212,7 @@ class LieEuler(_AbstractRKMK):
 
 
 class LieEulerHeun(_AbstractRKMK):
-    """The RKMK method on Heun's tableau (the Lie–Euler–Heun method of 003). Order 2.
+    """The RKMK method on Heun's tableau (Lie–Euler–Heun). Order 2.
 
     k₁ = ξ(y₀), k₂ = ξ(Ψ(exp(h k₁), y₀)), y₁ = Ψ(exp(h (k₁ + k₂)/2), y₀); order 2 needs no
     dexp⁻¹ correction.
@@ -231,21 +233,24 @@ class RKMK3(_AbstractRKMK):
 
 
 class RKMK4(_AbstractRKMK):
-    """The RKMK method on the classical fourth-order tableau, dexp⁻¹ ≈ I − ½ ad + 1/12 ad². Order 4."""
+    """The RKMK method on the classical RK4 tableau, dexp⁻¹ ≈ I − ½ ad + 1/12 ad². Order 4."""
 
-    tableau: ClassVar[tuple] = (((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6))
+    tableau: ClassVar[tuple] = (
+        ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+        (1 / 6, 1 / 3, 1 / 3, 1 / 6),
+    )
     truncation: ClassVar[int] = 2
 
 
 class CommutatorFreeRK4(AbstractIntegrator):
-    """The commutator-free Lie group method of order 4 (Celledoni–Marthinsen–Owren 2003), as in 003.
+    """The commutator-free Lie group method of order 4 of Celledoni–Marthinsen–Owren 2003.
 
     With F_i = h ξ(Y_i) and E(θ)·y = Ψ(exp θ, y):
 
         Y₁ = y₀,  Y₂ = E(½F₁)·y₀,  Y₃ = E(½F₂)·y₀,  Y₄ = E(F₃ − ½F₁)·Y₂,
         y₁ = E(−1/12 F₁ + 1/6 F₂ + 1/6 F₃ + 1/4 F₄)·E(1/4 F₁ + 1/6 F₂ + 1/6 F₃ − 1/12 F₄)·y₀.
 
-    Four field evaluations and six exponentials, no brackets.
+    Four field evaluations and five exponentials, no brackets.
     """
 
     requires_diagonal_inertia: ClassVar[bool] = False

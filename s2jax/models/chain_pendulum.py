@@ -50,7 +50,9 @@ def lagrangian(q, qdot, params):
     """L = ½ Σ_ij M_ij q̇_i·q̇_j − V(q)."""
     n = params["masses"].shape[0]
     if q.shape != (n, 3):
-        raise ValueError(f"this chain pendulum has {n} links: q must have shape ({n}, 3), got {q.shape}")
+        raise ValueError(
+            f"this chain pendulum has {n} links: q must have shape ({n}, 3), got {q.shape}"
+        )
     kinetic = 0.5 * jnp.einsum("ij,ia,ja->", inertia_matrix(params), qdot, qdot)
     return kinetic - potential(q, params)
 

@@ -61,7 +61,9 @@ def paper_params():
     corners of a square of side l = 0.1 m: p₁ = 0, p₂ = l e₁, p₃ = l (e₁ − e₂), p₄ = −l e₂.
     """
     length = 0.1
-    pivots = length * np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, -1.0, 0.0], [0.0, -1.0, 0.0]])
+    pivots = length * np.array(
+        [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, -1.0, 0.0], [0.0, -1.0, 0.0]]
+    )
     return {
         "masses": np.full(4, 0.1),
         "lengths": np.full(4, length),

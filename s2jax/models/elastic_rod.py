@@ -10,8 +10,8 @@ gravity. 002 prints
 
     V(q) = −Σ_{i=1}^n m_i g (Σ_{j<i} l_j q_j + ½ l_i q_i)·e₃ + Σ_{i=1}^n ½ κ_i (1 − q_{i−1}·q_i)²,
 
-and the equations of motion (3.24) (whose matrix, with m_i = m/(n+1), l_i = l/(n+1), repeats
-the printed M; its off-diagonal blocks print q̂_i q̂_i for q̂_i q̂_j). The gravity term sums
+and the equations of motion (3.24), the q̈ form (2.8), whose matrix (with m_i = m/(n+1),
+l_i = l/(n+1)) repeats the printed M. The gravity term sums
 from j = 1: the clamped element adds the constant l₀ q₀ to every centre, which moves V by a
 constant (zero for a horizontal q₀).
 
@@ -64,7 +64,9 @@ def potential(q, params):
     centres = jnp.cumsum(links, axis=0) - 0.5 * links  # Σ_{j<i} l_j q_j + ½ l_i q_i
     gravity = -params["g"] * jnp.sum(masses * centres[:, 2])
     previous = jnp.concatenate([params["clamped_direction"][None], q[:-1]])
-    bending = 0.5 * jnp.sum(params["spring_constants"] * (1.0 - jnp.sum(previous * q, axis=-1)) ** 2)
+    bending = 0.5 * jnp.sum(
+        params["spring_constants"] * (1.0 - jnp.sum(previous * q, axis=-1)) ** 2
+    )
     return gravity + bending
 
 
@@ -72,7 +74,9 @@ def lagrangian(q, qdot, params):
     """L = ½ Σ_ij M_ij q̇_i·q̇_j − V(q)."""
     n = params["masses"].shape[0]
     if q.shape != (n, 3):
-        raise ValueError(f"this rod has {n} free elements: q must have shape ({n}, 3), got {q.shape}")
+        raise ValueError(
+            f"this rod has {n} free elements: q must have shape ({n}, 3), got {q.shape}"
+        )
     kinetic = 0.5 * jnp.einsum("ij,ia,ja->", inertia_matrix(params), qdot, qdot)
     return kinetic - potential(q, params)
 

@@ -68,11 +68,16 @@ def icosphere(subdivisions):
         edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
         unique, inverse = np.unique(np.sort(edges, axis=1), axis=0, return_inverse=True)
         midpoint = (inverse.reshape(3, num_faces) + vertices.shape[0]).T  # edges 01, 12, 20
-        vertices = np.concatenate([vertices, _normalise(vertices[unique[:, 0]] + vertices[unique[:, 1]])])
+        vertices = np.concatenate(
+            [vertices, _normalise(vertices[unique[:, 0]] + vertices[unique[:, 1]])]
+        )
         a, b, c = faces.T
         ab, bc, ca = midpoint.T
         faces = np.concatenate(
-            [np.stack(corner, axis=-1) for corner in ((a, ab, ca), (b, bc, ab), (c, ca, bc), (ab, bc, ca))]
+            [
+                np.stack(corner, axis=-1)
+                for corner in ((a, ab, ca), (b, bc, ab), (c, ca, bc), (ab, bc, ca))
+            ]
         )
     return vertices, faces
 
@@ -110,7 +115,9 @@ def lagrangian(q, qdot, params):
     """L = ½ Σ_i m_i |q̇_i|² − V(q)."""
     n = params["masses"].shape[0]
     if q.shape != (n, 3):
-        raise ValueError(f"this system has {n} molecules: q must have shape ({n}, 3), got {q.shape}")
+        raise ValueError(
+            f"this system has {n} molecules: q must have shape ({n}, 3), got {q.shape}"
+        )
     kinetic = 0.5 * jnp.sum(params["masses"] * jnp.sum(qdot**2, axis=-1))
     return kinetic - potential(q, params)
 

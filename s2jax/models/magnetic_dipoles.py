@@ -32,7 +32,9 @@ def potential(q, params):
     off_diagonal = ~np.eye(n, dtype=bool)
     offset = pivots[None, :, :] - pivots[:, None, :]  # offset[i, j] = r_ij
     distance2 = jnp.where(off_diagonal, jnp.sum(offset**2, axis=-1), 1.0)
-    strength = params["permeability"] * jnp.outer(moments, moments) / (4.0 * jnp.pi * distance2**1.5)
+    strength = (
+        params["permeability"] * jnp.outer(moments, moments) / (4.0 * jnp.pi * distance2**1.5)
+    )
     along_i = jnp.einsum("ia,ija->ij", q, offset)  # q_i·r_ij
     along_j = jnp.einsum("ja,ija->ij", q, offset)  # q_j·r_ij
     pair = strength * (q @ q.T - 3.0 * along_i * along_j / distance2)
@@ -81,7 +83,7 @@ def paper_state():
     q_i = e₁ = (1, 0, 0), ω_i = 0, except dipole 16 (row 15): the printed
     q₁₆₀ = (0.3536, 0.3536, −0.8660) is (sin 30° cos 45°, sin 30° sin 45°, −cos 30°) =
     (√2/4, √2/4, −√3/2) rounded to four digits, which we use (normalised against round-off;
-    it differs from the normalised printed vector by less than 3e-5). The printed
+    it differs from the normalised printed vector by less than 5e-5). The printed
     ω₁₆₀ = (0, 0.5, 0) rad/s is not tangent (ω₁₆₀·q₁₆₀ = √2/8): we project it onto
     T_{q₁₆₀} S², which leaves q̇₁₆₀ = ω₁₆₀ × q₁₆₀ unchanged.
 

@@ -37,7 +37,9 @@ def lagrangian(q, qdot, params):
     """L = ½ Σ_i m_i |q̇_i|² − V(q)."""
     n = params["masses"].shape[0]
     if q.shape != (n, 3):
-        raise ValueError(f"this n-body problem has {n} bodies: q must have shape ({n}, 3), got {q.shape}")
+        raise ValueError(
+            f"this n-body problem has {n} bodies: q must have shape ({n}, 3), got {q.shape}"
+        )
     kinetic = 0.5 * jnp.sum(params["masses"] * jnp.sum(qdot**2, axis=-1))
     return kinetic - potential(q, params)
 

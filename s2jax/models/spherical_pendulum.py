@@ -35,7 +35,9 @@ def potential(q, params):
 def lagrangian(q, qdot, params):
     """L = ½ m r² |q̇|² + m g r e₃·q."""
     if q.shape != (1, 3):
-        raise ValueError(f"the spherical pendulum has 1 body: q must have shape (1, 3), got {q.shape}")
+        raise ValueError(
+            f"the spherical pendulum has 1 body: q must have shape (1, 3), got {q.shape}"
+        )
     kinetic = 0.5 * params["m"] * params["r"] ** 2 * jnp.sum(qdot**2)
     return kinetic - potential(q, params)
 

@@ -1,0 +1,368 @@
+"""The discrete Hamel integrator (004 §V), Störmer–Verlet and RATTLE (004 §VI), checked.
+
+The models are written here (not taken from `s2jax.models`), in s2jax's convention that e₃
+points along gravity; 004's upward vertical is then e_up = −e₃. The reference solutions are a
+scipy DOP853 solve of the equations of motion typed by hand in numpy.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from scipy.integrate import solve_ivp
+
+import s2jax as s2
+from s2jax._integrators.constrained import Rattle, StormerVerlet
+from s2jax._integrators.hamel import DiscreteHamelIntegrator
+
+E3 = np.array([0.0, 0.0, 1.0])
+UP = -E3
+
+
+def hat(v):
+    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+
+
+# The spherical pendulum of 004 §VII: m = 1 kg, r = 9.8 m; 004 does not print g, we take 9.8 m/s².
+PENDULUM = {"m": 1.0, "r": 9.8, "g": 9.8}
+
+
+def pendulum_lagrangian(q, qdot, params):
+    """L = ½ m r² |q̇|² + m g r e₃·q: 004's (16) with U = m g r × height, height = −r e₃·q."""
+    m, r, g = params["m"], params["r"], params["g"]
+    return 0.5 * m * r**2 * jnp.sum(qdot**2) + m * g * r * q[0, 2]
+
+
+def pendulum_field(y, params):
+    m, r, g = params["m"], params["r"], params["g"]
+    q, w = y[:3], y[3:]
+    return np.concatenate([np.cross(w, q), np.cross(q, m * g * r * E3) / (m * r**2)])
+
+
+# Three particles on the unit sphere, masses m_i, with the smooth coupling k Σ_{i<j} (q_i·q_j)²
+# and gravity along e₃; M = diag(m) and V is invariant under rotations about e₃. V is evaluated
+# at q_i/|q_i|^p: the same on (S²)ⁿ for every p, quartic off it for p = 0, constant along rays
+# for p = 1 (p is traced, so both share one compilation).
+PARTICLES = {"masses": np.array([1.0, 2.0, 0.5]), "k": 0.7, "g": 1.5, "p": 0.0}
+
+
+def particles_lagrangian(q, qdot, params):
+    masses = params["masses"]
+    x = q / jnp.linalg.norm(q, axis=-1, keepdims=True) ** params["p"]
+    gram = x @ x.T
+    coupling = 0.5 * params["k"] * (jnp.sum(gram**2) - jnp.sum(jnp.diag(gram) ** 2))
+    gravity = -params["g"] * jnp.sum(masses * x[:, 2])
+    return 0.5 * jnp.sum(masses[:, None] * qdot**2) - coupling - gravity
+
+
+def particles_field(y, params):
+    masses, k, g = params["masses"], params["k"], params["g"]
+    q, w = y[:9].reshape(3, 3), y[9:].reshape(3, 3)
+    force = np.zeros((3, 3))
+    for i in range(3):
+        force[i] = masses[i] * g * E3
+        for j in range(3):
+            if j != i:
+                force[i] -= 2.0 * k * np.dot(q[i], q[j]) * q[j]
+    wdot = np.cross(q, force) / masses[:, None]
+    return np.concatenate([np.cross(w, q).ravel(), wdot.ravel()])
+
+
+def particles_state():
+    q, omega = s2.random_state(jax.random.PRNGKey(3), 3, scale=1.0)
+    return np.asarray(q), np.asarray(omega)
+
+
+def paper_state():
+    """004 §VII's body-frame Γ₀ = (0.3, 0.2, −0.932738) (normalised), Ω₀ = (0.6, 0, 0) as (q₀, ω₀).
+
+    q₀ = R₀ e₃, ω₀ = R₀ Ω₀ for the rotation R₀ about Γ₀ × e_up taking Γ₀ to e_up (the mapping of
+    `s2jax._integrators.hamel`).
+    """
+    gamma0 = np.array([0.3, 0.2, -0.932738])
+    gamma0 = gamma0 / np.linalg.norm(gamma0)  # 004's Γ₀ has |Γ₀| − 1 = 8.8e-8
+    body_omega0 = np.array([0.6, 0.0, 0.0])
+    axis = np.cross(gamma0, UP)
+    sine, cosine = np.linalg.norm(axis), np.dot(gamma0, UP)
+    k = hat(axis / sine)
+    rotation = np.eye(3) + sine * k + (1.0 - cosine) * k @ k
+    np.testing.assert_allclose(rotation @ gamma0, UP, atol=1e-15)
+    return gamma0, body_omega0, (rotation @ E3)[None], (rotation @ body_omega0)[None]
+
+
+def run_steps(integrator, lagrangian, q0, omega0, params, dt, num_steps):
+    """The integrator's own loop, returning its state's velocity v (which `simulate` does not)."""
+    system = s2.LagrangianSystem(lagrangian)
+
+    @jax.jit
+    def go(q0, omega0, params, dt):
+        state0 = integrator.init(system, q0, omega0, params, dt)
+
+        def body(carry, _):
+            q, omega, state = carry
+            q, omega, state, result = integrator.step(system, q, omega, params, dt, state)
+            return (q, omega, state), (q, omega, state.velocity, result._value)
+
+        return lax.scan(body, (q0, omega0, state0), length=num_steps)[1]
+
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    return go(jnp.asarray(q0), jnp.asarray(omega0), params, jnp.asarray(dt))
+
+
+def test_paper_section_vii_hamel():
+    """004 §VII with the Hamel integrator, 2000 steps of h = 0.2 s (004 runs 10⁴).
+
+    004 reports |Γ| and the energy kept to ~1e-10 after 10⁴ steps. Measured here after 2000
+    steps: max ||q| − 1| = 1.4e-15, max |E_k − E₀| = 1.4e-13 (E₀ = −72.29, relative 2e-15),
+    max |J_k − J₀| = 7e-14 (J₀ = 17.29); after 10⁴ steps 2.4e-15, 2.4e-13 and 8e-14. 004's
+    1e-10 is the tolerance of its solver, not the method: its body-frame equations (22)–(24)
+    solved to round-off give 3.7e-15 and 2.1e-13 after 10⁴ steps as well.
+    """
+    gamma0, body_omega0, q0, omega0 = paper_state()
+    p = PENDULUM
+    mr2, mgr = p["m"] * p["r"] ** 2, p["m"] * p["g"] * p["r"]
+    # The mapping keeps 004's energy ½ m r²|Ω|² + m g r Γ³ and vertical momentum m r² Γ·Ω.
+    energy0 = 0.5 * mr2 * body_omega0 @ body_omega0 + mgr * gamma0[2]
+    momentum0 = mr2 * gamma0 @ body_omega0
+    assert abs(float(s2.energy(pendulum_lagrangian, q0, omega0, p)) - energy0) <= 1e-12
+    assert (
+        abs(float(s2.momentum_map(pendulum_lagrangian, q0, omega0, p, axis=UP)) - momentum0)
+        <= 1e-13
+    )
+
+    dt = 0.2
+    sol = s2.simulate(
+        pendulum_lagrangian,
+        q0,
+        omega0,
+        p,
+        dt=dt,
+        num_steps=2000,
+        integrator=DiscreteHamelIntegrator(),
+    )
+    q, omega = np.asarray(sol.q[:, 0]), np.asarray(sol.omega[:, 0])
+    assert float(jnp.max(s2.unit_length_error(sol.q))) <= 1e-14
+    assert float(jnp.max(s2.tangency_error(sol.q, sol.omega))) <= 1e-14  # 004's Ω³ = 0
+
+    # 004's discrete energy and vertical momentum (end of §V), by hand and through s2jax.
+    discrete_energy = 0.5 * mr2 * np.sum(omega**2, axis=-1) + mgr * q @ UP
+    discrete_momentum = mr2 * omega @ UP
+    assert np.max(np.abs(discrete_energy - energy0)) <= 1e-11
+    assert np.max(np.abs(discrete_momentum - momentum0)) <= 1e-12
+    energy = s2.energy(pendulum_lagrangian, sol.q, sol.omega, p)
+    momentum = s2.momentum_map(pendulum_lagrangian, sol.q, sol.omega, p, axis=UP)
+    assert float(jnp.max(jnp.abs(energy - energy0))) <= 1e-11
+    assert float(jnp.max(jnp.abs(momentum - momentum0))) <= 1e-12
+
+    # The states satisfy (20) and the Cayley form of (21) with 004's printed sign.
+    for k in range(0, 2000, 97):
+        mean_q = 0.5 * (q[k] + q[k + 1])
+        np.testing.assert_allclose(
+            mr2 * (omega[k + 1] - omega[k]) / dt, np.cross(mean_q, mgr * E3), rtol=0, atol=1e-10
+        )
+        a = dt / 4 * hat(omega[k] + omega[k + 1])
+        cayley = np.linalg.solve(np.eye(3) - a, (np.eye(3) + a) @ q[k])
+        np.testing.assert_allclose(q[k + 1], cayley, rtol=0, atol=1e-14)
+    # The motion is not trivial: the bob swings over a range of heights.
+    assert np.ptp(q[:, 2]) > 0.1
+
+
+MODELS = {
+    "pendulum": (pendulum_lagrangian, PENDULUM, pendulum_field, lambda: paper_state()[2:], 6.0),
+    "three particles": (particles_lagrangian, PARTICLES, particles_field, particles_state, 2.0),
+}
+
+
+def reference(field, params, q0, omega0, t1):
+    y0 = np.concatenate([np.ravel(q0), np.ravel(omega0)])
+    sol = solve_ivp(
+        lambda t, y: field(y, params), (0.0, t1), y0, method="DOP853", rtol=1e-12, atol=1e-12
+    )
+    assert sol.success
+    n = q0.shape[0]
+    return sol.y[: 3 * n, -1].reshape(n, 3), sol.y[3 * n :, -1].reshape(n, 3)
+
+
+@pytest.mark.parametrize(
+    "integrator",
+    [DiscreteHamelIntegrator(), StormerVerlet(), Rattle()],
+    ids=lambda x: type(x).__name__,
+)
+@pytest.mark.parametrize("model", list(MODELS))
+def test_second_order_against_dop853(integrator, model):
+    """Error at time T against DOP853 (rtol = atol = 1e-12): log–log slope 2 ± 0.25 over 4 steps."""
+    lagrangian, params, field, state, t1 = MODELS[model]
+    q0, omega0 = state()
+    q_ref, omega_ref = reference(field, params, q0, omega0, t1)
+    steps = np.array([40, 80, 160, 320])
+    errors = []
+    for num_steps in steps:
+        # One compilation for all step sizes: every run takes steps[-1] steps (dt is traced)
+        # and the state after num_steps of them is the one at T.
+        sol = s2.simulate(
+            lagrangian,
+            q0,
+            omega0,
+            params,
+            dt=t1 / num_steps,
+            num_steps=int(steps[-1]),
+            integrator=integrator,
+        )
+        q, omega = np.asarray(sol.q[num_steps]), np.asarray(sol.omega[num_steps])
+        errors.append(max(np.max(np.abs(q - q_ref)), np.max(np.abs(omega - omega_ref))))
+    slope = np.polyfit(np.log(t1 / steps), np.log(errors), 1)[0]
+    assert abs(slope - 2.0) <= 0.25, (slope, errors)
+    assert errors[-1] < 1e-3 and errors[-1] > 1e-9  # the method's error, far above DOP853's
+
+
+def test_hamel_with_nonlinear_potential():
+    """Exact |q_i|, q_i·ω_i, vertical momentum for any V; an energy error depending on V off (S²)ⁿ.
+
+    The Hamel step evaluates ∂V/∂q at q̄, inside the ball, so two Lagrangians equal on (S²)ⁿ
+    give different steps. Measured over 2·10⁴ steps of 0.05 (t = 1000), mean |E_k − E₀| over
+    the first and the second half: 2.7e-3 and 1.2e-2 with V's quartic extension (p = 0),
+    3.1e-3 and 3.1e-3 with V constant along rays (p = 1); RATTLE and the explicit VI: 5e-3, 5e-3.
+    """
+    q0, omega0 = particles_state()
+    halves = {}
+    for p in (0.0, 1.0):
+        params = dict(PARTICLES, p=p)
+        sol = s2.simulate(
+            particles_lagrangian,
+            q0,
+            omega0,
+            params,
+            dt=0.05,
+            num_steps=20_000,
+            save_every=20,
+            integrator=DiscreteHamelIntegrator(),
+        )
+        assert float(jnp.max(s2.unit_length_error(sol.q))) <= 1e-14
+        assert float(jnp.max(s2.tangency_error(sol.q, sol.omega))) <= 1e-13
+        momentum = s2.momentum_map(particles_lagrangian, sol.q, sol.omega, params)
+        assert float(jnp.max(jnp.abs(momentum - momentum[0]))) <= 1e-12
+        energy = np.asarray(s2.energy(particles_lagrangian, sol.q, sol.omega, params))
+        error = np.abs(energy[1:] - energy[0])
+        halves[p] = np.mean(error[:500]), np.mean(error[500:])
+    first, second = halves[1.0]
+    assert second <= 1.5 * first and second < 1e-2, halves  # O(h²), without drift
+    first, second = halves[0.0]
+    assert second >= 2 * first and second >= 2 * halves[1.0][1], halves  # the documented excursion
+
+
+def test_rattle_keeps_constraints_ten_thousand_steps():
+    """|q_i|² = 1 and the hidden constraint q_i·v_i = 0 at round-off after 10⁴ steps."""
+    q0, omega0 = particles_state()
+    q, omega, v, result = run_steps(
+        Rattle(), particles_lagrangian, q0, omega0, PARTICLES, 0.05, 10_000
+    )
+    assert np.all(np.asarray(result) == s2.RESULTS.successful._value)
+    assert (
+        float(jnp.max(s2.unit_length_error(q))) <= 1e-15
+    )  # closed-form multipliers: one step's round-off
+    speed = float(jnp.max(jnp.linalg.norm(v, axis=-1)))
+    assert float(jnp.max(jnp.abs(jnp.sum(q * v, axis=-1)))) <= 1e-15 * speed
+    # v is the velocity of the returned (q, ω): ω × q = v.
+    assert float(jnp.max(jnp.abs(jnp.cross(omega, q) - v))) <= 1e-14 * speed
+
+
+def test_stormer_verlet_unit_length_drift():
+    """Störmer–Verlet on (25)–(26): |q| − 1 stays at round-off only where the link is in tension.
+
+    Bound stated: 004 §VII's hanging pendulum, 10⁴ steps of 0.2 s, max ||q| − 1| ≤ 5e-14
+    (measured 4.2e-15; the margin is for round-off on other platforms; 004 reports 1e-11).
+    """
+    _, _, q0, omega0 = paper_state()
+    q, _, v, result = run_steps(
+        StormerVerlet(), pendulum_lagrangian, q0, omega0, PENDULUM, 0.2, 10_000
+    )
+    assert np.all(np.asarray(result) == s2.RESULTS.successful._value)
+    drift = float(jnp.max(s2.unit_length_error(q)))
+    assert drift <= 5e-14, drift
+    assert float(jnp.max(jnp.abs(jnp.sum(q * v, axis=-1)))) <= 5e-14
+
+    # In exact arithmetic the two methods are the same map (`constrained` module docstring).
+    q_sv, omega_sv, _, _ = run_steps(
+        StormerVerlet(), pendulum_lagrangian, q0, omega0, PENDULUM, 0.2, 200
+    )
+    q_r, omega_r, _, _ = run_steps(Rattle(), pendulum_lagrangian, q0, omega0, PENDULUM, 0.2, 200)
+    assert float(jnp.max(jnp.abs(q_sv - q_r))) <= 1e-13
+    assert float(jnp.max(jnp.abs(omega_sv - omega_r))) <= 1e-13
+
+    # Released at rest 0.1 rad from upright, the bob spends each swing's ends above the
+    # equator, where the constraint force pushes outward and (26) amplifies |q| − 1.
+    upright = np.array([[np.sin(0.1), 0.0, -np.cos(0.1)]])
+    rest = np.zeros((1, 3))
+    q_sv, _, _, _ = run_steps(
+        StormerVerlet(), pendulum_lagrangian, upright, rest, PENDULUM, 0.05, 600
+    )
+    q_r, _, _, _ = run_steps(Rattle(), pendulum_lagrangian, upright, rest, PENDULUM, 0.05, 600)
+    assert float(jnp.max(s2.unit_length_error(q_sv))) > 1e-8  # measured 7e-5 (from 1e-16)
+    assert float(jnp.max(s2.unit_length_error(q_r))) <= 1e-15
+
+    # With the three particles (x·F < 0 at times) it leaves the sphere until the quadratic for
+    # |v_{n+1/2}|² has no real root (measured: step 1184 → 1185), where
+    # `test_rattle_keeps_constraints_ten_thousand_steps` runs 10⁴ steps.
+    q0, omega0 = particles_state()
+    sol = s2.simulate(
+        particles_lagrangian,
+        q0,
+        omega0,
+        PARTICLES,
+        dt=0.05,
+        num_steps=2000,
+        integrator=StormerVerlet(),
+        throw=False,
+    )
+    assert sol.result == s2.RESULTS.step_too_large, sol.result
+    assert 400 < int(sol.failed_step) < 2000, int(sol.failed_step)
+    assert float(jnp.max(s2.unit_length_error(sol.q))) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "integrator",
+    [DiscreteHamelIntegrator(), StormerVerlet(), Rattle()],
+    ids=lambda x: type(x).__name__,
+)
+def test_non_diagonal_inertia_rejected(integrator):
+    q0, omega0 = s2.models.double_spherical_pendulum.paper_state()
+    params = s2.models.double_spherical_pendulum.paper_params()
+    with pytest.raises(ValueError, match="diagonal inertia"):
+        s2.simulate(
+            s2.models.double_spherical_pendulum.lagrangian,
+            q0,
+            omega0,
+            params,
+            dt=0.01,
+            num_steps=2,
+            integrator=integrator,
+        )
+
+
+def test_failure_codes():
+    _, _, q0, omega0 = paper_state()
+    sol = s2.simulate(
+        pendulum_lagrangian,
+        q0,
+        omega0,
+        PENDULUM,
+        dt=0.2,
+        num_steps=5,
+        integrator=DiscreteHamelIntegrator(max_steps=1),
+        throw=False,
+    )
+    assert sol.result == s2.RESULTS.newton_failed
+    assert int(sol.failed_step) == 0
+    for integrator in (StormerVerlet(), Rattle()):
+        sol = s2.simulate(
+            pendulum_lagrangian,
+            q0,
+            30.0 * omega0,
+            PENDULUM,
+            dt=5.0,
+            num_steps=5,
+            integrator=integrator,
+            throw=False,
+        )
+        assert sol.result == s2.RESULTS.step_too_large, type(integrator)
