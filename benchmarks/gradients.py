@@ -1,0 +1,140 @@
+"""Cost of gradients through 10⁴ steps of the double spherical pendulum, per adjoint.
+
+    python benchmarks/gradients.py
+
+Same process, float64, CPU, medians of 5 runs after a warm-up:
+
+- forward time of the variational integrator (h = 0.01, 10⁴ steps, T = 100 s);
+- reverse-mode gradient of a final-state loss with respect to the five params, and the XLA
+  temp memory of the compiled gradient, for DirectAdjoint, CheckpointedAdjoint and
+  ReversibleAdjoint (memory also at 10³ steps, to show what grows);
+- forward mode (`jax.jvp`, one tangent per param, 4 params) against the forward time;
+- diffrax Tsit5 (rtol = atol = 1e-9) with `RecursiveCheckpointAdjoint` on the same equations
+  (2.9)–(2.11) and the same loss;
+- the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
+  (what s2jax uses) against optimistix's Newton with `ImplicitAdjoint`.
+
+Results go to benchmarks/results/gradients.json.
+"""
+
+import diffrax
+import equinox as eqx
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import optimistix as optx  # noqa: E402
+from _common import median_time, write  # noqa: E402
+
+import s2jax as s2  # noqa: E402
+from s2jax._geometry import cayley_displacement, dot  # noqa: E402
+from s2jax._newton import newton_root  # noqa: E402
+
+dsp = s2.models.double_spherical_pendulum
+NUM_STEPS = 10_000
+DT = 0.01
+WEIGHTS = jnp.arange(1.0, 7.0).reshape(2, 3)
+Q0, OMEGA0 = (jnp.asarray(x) for x in dsp.paper_state())
+PARAMS = {k: jnp.asarray(v) for k, v in dsp.paper_params().items()}
+
+
+def vi_loss(params, adjoint, num_steps=NUM_STEPS):
+    sol = s2.simulate(
+        dsp.lagrangian, Q0, OMEGA0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
+        adjoint=adjoint,
+    )
+    return jnp.sum(WEIGHTS * sol.q[-1])
+
+
+def tsit5_loss(params):
+    system = s2.LagrangianSystem(dsp.lagrangian)
+    inertia = system.inertia(Q0, params)
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, args: system.vector_field(*y, params, inertia)),
+        diffrax.Tsit5(), t0=0.0, t1=DT * NUM_STEPS, dt0=DT, y0=(Q0, OMEGA0),
+        stepsize_controller=diffrax.PIDController(rtol=1e-9, atol=1e-9),
+        adjoint=diffrax.RecursiveCheckpointAdjoint(), max_steps=100_000,
+    )
+    return jnp.sum(WEIGHTS * solution.ys[0][-1])
+
+
+def temp_bytes(fn, *args):
+    return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def newton_comparison():
+    """grad of one solve of (3.16) by `lax.custom_root` and by optimistix's ImplicitAdjoint."""
+    system = s2.LagrangianSystem(dsp.lagrangian)
+
+    def residual_and_guess(params):
+        inertia = system.inertia(Q0, params)
+        mass = jnp.diag(inertia)[:, None]
+        coupled = lambda x: inertia @ x - mass * x  # noqa: E731
+        force = -system.potential_gradient(Q0, params)
+        d = DT * (mass * OMEGA0 - jnp.cross(Q0, coupled(jnp.cross(Q0, OMEGA0))))
+        d = d + 0.5 * DT**2 * jnp.cross(Q0, force)
+
+        def residual(f):
+            return 2.0 * mass * f / (1.0 + dot(f, f)[:, None]) + jnp.cross(Q0, coupled(cayley_displacement(f, Q0))) - d
+
+        return residual, d / (2.0 * mass)
+
+    def ours(params):
+        residual, guess = residual_and_guess(params)
+        return jnp.sum(newton_root(residual, guess, rtol=1e-12, atol=1e-12, max_steps=20)[0])
+
+    def theirs(params):
+        residual, guess = residual_and_guess(params)
+        solver = optx.Newton(rtol=1e-12, atol=1e-12)
+        solution = optx.root_find(lambda f, _: residual(f), solver, guess, adjoint=optx.ImplicitAdjoint(), max_steps=20)
+        return jnp.sum(solution.value)
+
+    out = {}
+    for name, fn in (("custom_root", ours), ("optimistix_ImplicitAdjoint", theirs)):
+        grad = jax.jit(jax.grad(fn))
+        seconds, _ = median_time(lambda: grad(PARAMS), repeats=9)
+        out[name] = {"grad_us": 1e6 * seconds, "value": float(jax.jit(fn)(PARAMS))}
+    return out
+
+
+def main():
+    results = {"num_steps": NUM_STEPS, "dt": DT}
+    forward = jax.jit(lambda p: vi_loss(p, s2.DirectAdjoint()))
+    results["forward_s"], _ = median_time(lambda: forward(PARAMS), repeats=5)
+    print(f"VI forward, {NUM_STEPS} steps: {results['forward_s']:.3f} s")
+    for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.ReversibleAdjoint()):
+        name = type(adjoint).__name__
+        grad = jax.jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a)))
+        seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
+        memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a)), PARAMS)
+        memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, NUM_STEPS // 10)), PARAMS)
+        results[name] = {
+            "grad_s": seconds, "grad_over_forward": seconds / results["forward_s"],
+            "temp_bytes": memory, f"temp_bytes_{NUM_STEPS // 10}_steps": memory_small,
+        }
+        print(f"{name:20s} grad {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward, "
+              f"XLA temp {memory / 1e6:.3f} MB ({memory_small / 1e6:.3f} MB at {NUM_STEPS // 10} steps)")
+
+    tangents = [{k: jnp.asarray(float(k == key)) for k in PARAMS} for key in ("m2", "l1", "l2", "g")]
+    jvps = jax.jit(lambda p: [jax.jvp(lambda x: vi_loss(x, s2.DirectAdjoint()), (p,), (t,))[1] for t in tangents])
+    seconds, _ = median_time(lambda: jvps(PARAMS), repeats=5)
+    results["forward_mode_4_params_s"] = seconds
+    results["forward_mode_over_forward"] = seconds / results["forward_s"]
+    print(f"forward mode, 4 params: {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward")
+
+    grad = jax.jit(jax.grad(tsit5_loss))
+    seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
+    results["diffrax_tsit5_grad_s"] = seconds
+    results["diffrax_tsit5_temp_bytes"] = temp_bytes(jax.grad(tsit5_loss), PARAMS)
+    print(f"diffrax Tsit5 (1e-9) + RecursiveCheckpointAdjoint grad: {seconds:.3f} s, "
+          f"XLA temp {results['diffrax_tsit5_temp_bytes'] / 1e6:.1f} MB")
+
+    results["newton_ift"] = newton_comparison()
+    print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})
+    path = write("gradients", {"method": "medians of 5 runs after a warm-up", "results": results})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
