@@ -150,7 +150,7 @@ def test_lagrangian_not_of_form_2_2_is_rejected():
 
     for lagrangian, match in [
         (configuration_dependent, "depends on the configuration"),
-        (anisotropic, r"bodies 0 and 0\) is not a multiple"),
+        (anisotropic, r"is not M ⊗ I₃ \(the velocities of body 0"),
         (negative, "not positive definite"),
         (quartic, "not a quadratic form"),
     ]:
