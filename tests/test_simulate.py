@@ -164,3 +164,11 @@ def test_adaptive_baseline_runs_on_the_same_grid():
     np.testing.assert_allclose(sol.t, reference.t, rtol=0, atol=1e-14)
     # Both are accurate (VI error O(h²) = 1e-6 at h = 1e-3 over 1 s); they agree to that.
     np.testing.assert_allclose(sol.q, reference.q, rtol=0, atol=1e-4)
+
+
+def test_progress_bar_updates_at_most_fifty_times(capfd):
+    _run(dsp.paper_params(), num_steps=20_000, save_every=10, progress=True)
+    err = capfd.readouterr().err
+    updates = [chunk for chunk in err.split("\r") if "steps" in chunk]
+    assert updates[-1].strip().endswith("20000/20000 steps")
+    assert 2 <= len(updates) <= 51
