@@ -1,0 +1,438 @@
+"""Parameter identification: fit a model's parameters to observed directions by multiple shooting.
+
+The observation window [0, t_J] is cut into S segments. Segment 1 starts at the given state
+(q0, ω0) (or at a fitted one); segments 2..S start at states of their own, fitted together
+with the parameters, and the jumps between the end of a segment and the start of the next are
+penalised. Over a long window a trajectory depends so sensitively on the parameters that the
+single-shooting loss (S = 1) is a narrow valley among plateaus and spurious local minima;
+short segments keep each simulation close to its linearisation.
+"""
+
+import functools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
+from ._geometry import cayley_rotate
+from ._integrators import AbstractIntegrator, VariationalIntegrator
+from ._results import RESULTS
+from ._simulate import simulate
+
+
+class FitResult(eqx.Module):
+    """The output of `fit`.
+
+    **Fields:**
+
+    - `params`: the model's parameters, the free ones replaced by their fitted values.
+    - `standard_errors`: for each free key, an array of the shape of `params[key]`: the square
+      roots of the diagonal of `covariance`.
+    - `covariance`: the Gauss–Newton covariance of the free parameters, shape (p, p), over the
+      free values flattened in the order of `free` (each raveled).
+    - `noise_std`: the σ behind `covariance`: the one given, or the one estimated.
+    - `loss_history`: the loss at each iterate: the optimiser's, one continuity weight after
+      another, then the Gauss–Newton refinement's (at the last weight).
+    - `converged`: whether the last phase stopped on its tolerance rather than its step count.
+    - `segment_times`, `segment_q`, `segment_omega`: the start time and state of each segment,
+      shapes (S,), (S, n, 3), (S, n, 3).
+    - `predicted`: the model's directions of the observed bodies at the observation times,
+      shape (J, b, 3).
+    - `continuity_defect`: the largest jump max |q_end − q_start| between the end of a segment
+      and the start of the next (0 for a single segment).
+    """
+
+    params: Params
+    standard_errors: dict
+    covariance: Float[Array, "p p"]
+    noise_std: Float[Array, ""]
+    loss_history: Float[Array, " iterations"]
+    converged: bool
+    segment_times: Float[Array, " S"]
+    segment_q: Float[Array, "S n 3"]
+    segment_omega: Float[Array, "S n 3"]
+    predicted: Float[Array, "J b 3"]
+    continuity_defect: Float[Array, ""]
+
+
+class _MultipleShooting(eqx.Module):
+    """The residuals of a multiple-shooting fit as functions of z = (log θ, chart coordinates).
+
+    Fitted segment starts live in a chart of T(S²)ⁿ around base points (q̄, ω̄): with (e₁, e₂)
+    an orthonormal basis of T_q̄ S², coordinates a, b ∈ R² give δq = a₁e₁ + a₂e₂,
+    δω = b₁e₁ + b₂e₂, F = cay(½ q̄ × δq) and (q, ω) = (F q̄, F(ω̄ + δω)). Every z maps exactly
+    onto T(S²)ⁿ (F is a rotation, so F q̄ · F(ω̄ + δω) = 0), so the optimiser works on
+    unconstrained numbers; and the chart has no redundant directions, so JᵀJ is invertible.
+    """
+
+    lagrangian: Lagrangian
+    integrator: AbstractIntegrator
+    free: tuple[str, ...]
+    steps_per_segment: int
+    fit_initial_state: bool
+    params: Params  # the known ones
+    dt: Float[Array, ""]
+    q0: Float[Array, "n 3"]
+    omega0: Float[Array, "n 3"]
+    base_q: Float[Array, "F n 3"]
+    base_omega: Float[Array, "F n 3"]
+    basis: Float[Array, "F n 2 3"]
+    segment: Int[Array, " J"]
+    step: Int[Array, " J"]
+    bodies: Int[Array, " b"]
+    observations: Float[Array, "J b 3"]
+    continuity_weight: Float[Array, ""]
+
+    def starts(self, coordinates):
+        a, b = coordinates
+        f = 0.5 * jnp.cross(self.base_q, jnp.einsum("fnk,fnkc->fnc", a, self.basis))
+        q = cayley_rotate(f, self.base_q)
+        omega = cayley_rotate(f, self.base_omega + jnp.einsum("fnk,fnkc->fnc", b, self.basis))
+        if not self.fit_initial_state:
+            q = jnp.concatenate([self.q0[None], q])
+            omega = jnp.concatenate([self.omega0[None], omega])
+        return q, omega
+
+    def residuals(self, z):
+        """Data residuals (J, b, 3), continuity jumps (S − 1, 2, n, 3), and a failure flag."""
+        log_theta, coordinates = z
+        params = {**self.params, **{key: jnp.exp(x) for key, x in zip(self.free, log_theta)}}
+        q_start, omega_start = self.starts(coordinates)
+
+        def run(q, omega):
+            solution = simulate(
+                self.lagrangian, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment,
+                integrator=self.integrator, throw=False,
+            )
+            return solution.q, solution.omega, solution.result != RESULTS.successful
+
+        q, omega, failed = jax.vmap(run)(q_start, omega_start)
+        predicted = q[self.segment, self.step][:, self.bodies]
+        # ω-jumps are scaled by the segment duration T, making them angles: δω moves q by ~T δω.
+        duration = self.dt * self.steps_per_segment
+        jumps = jnp.stack(
+            [q[:-1, -1] - q_start[1:], duration * (omega[:-1, -1] - omega_start[1:])], axis=1
+        )
+        return predicted - self.observations, jumps, jnp.any(failed)
+
+    def objective(self, data, jumps, failed):
+        """mean(data residual²) + w mean(jump²); +∞ if a step failed."""
+        value = jnp.mean(data**2)
+        if jumps.size:
+            value = value + self.continuity_weight * jnp.mean(jumps**2)
+        return jnp.where(failed, jnp.inf, value)
+
+    def loss(self, z):
+        return self.objective(*self.residuals(z))
+
+
+@functools.cache
+def _named_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
+    # Cached so that repeated fits reuse the same object, and hence the compiled iteration.
+    if name == "lbfgs":
+        return optax.lbfgs()
+    if name == "adam":
+        return optax.adam(learning_rate)
+    raise ValueError(f'optimizer must be "lbfgs", "adam" or an optax transformation; got {name!r}')
+
+
+@eqx.filter_jit
+def _iterate(problem, optimizer, z, state):
+    """One optimiser step; returns the new iterate, state and the loss at the old iterate."""
+    if optax.tree.get(state, "value") is None:  # optimisers without a line search
+        value, grad = jax.value_and_grad(problem.loss)(z)
+    else:  # L-BFGS keeps the value and gradient of the accepted line-search point
+        value, grad = optax.value_and_grad_from_state(problem.loss)(z, state=state)
+    updates, state = optimizer.update(grad, state, z, value=value, grad=grad, value_fn=problem.loss)
+    return optax.apply_updates(z, updates), state, value
+
+
+def _strongly_typed(tree):
+    # optax initialises some scalars weakly typed and updates them strongly typed; without
+    # this the second iteration would compile `_iterate` again.
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)
+
+
+@eqx.filter_jit
+def _linearise(problem, z):
+    """The Jacobian of (data residuals, jumps) w.r.t. flattened z, and the residuals."""
+    flat, unravel = ravel_pytree(z)
+
+    def residuals(x):
+        data, jumps, failed = problem.residuals(unravel(x))
+        return jnp.concatenate([data.ravel(), jumps.ravel()]), (data, jumps, failed)
+
+    return jax.jacfwd(residuals, has_aux=True)(flat)
+
+
+def _eliminate_starts(jacobian, independent, data, jumps):
+    """Linearise with the jumps held at zero: the data residuals as r̃ + J_eff δx.
+
+    To first order the data residuals are r + J_x δx + J_y δy and the jumps d + A δx + B δy,
+    with x the independent unknowns (log θ, and the start of segment 1 if fitted) and y the
+    starts of segments 2..S. B has full column rank (each start enters its own jump through an
+    invertible chart), so d + A δx + B δy = 0 gives δy = −B⁺(d + A δx), and with it
+    J_eff = J_x − J_y B⁺A, r̃ = r − J_y B⁺d (the "condensing" of multiple shooting).
+
+    **Returns:** `(J_eff, r̃, δy(δx))`.
+    """
+    data_rows, jump_rows = jacobian[: data.size], jacobian[data.size :]
+    if np.all(independent):
+        return data_rows, data.ravel(), lambda dx: jnp.zeros(0)
+    dependent = ~independent
+    inverse = jnp.linalg.pinv(jump_rows[:, dependent])
+    elimination, offset = inverse @ jump_rows[:, independent], inverse @ jumps.ravel()
+    effective = data_rows[:, independent] - data_rows[:, dependent] @ elimination
+    shifted = data.ravel() - data_rows[:, dependent] @ offset
+    return effective, shifted, lambda dx: -(offset + elimination @ dx)
+
+
+def _tangent_basis(q):
+    """An orthonormal basis (e₁, e₂) of T_q S² for each row of q: shape (..., 2, 3)."""
+    axis = np.eye(3)[np.argmin(np.abs(q), axis=-1)]  # the coordinate axis least aligned with q
+    e1 = np.cross(axis, q)
+    e1 /= np.linalg.norm(e1, axis=-1, keepdims=True)
+    return np.stack([e1, np.cross(q, e1)], axis=-2)
+
+
+def _grid_steps(times, dt) -> np.ndarray:
+    times = np.asarray(times, dtype=float)
+    if times.ndim != 1 or times.size == 0:
+        raise ValueError(f"times must have shape (J,) with J ≥ 1; got {times.shape}")
+    for j, t in enumerate(times):
+        if not np.isfinite(t) or t < 0:
+            raise ValueError(f"times[{j}] = {t} is outside the horizon: it must be finite and ≥ 0")
+    steps = np.rint(times / dt).astype(int)
+    off_grid = np.abs(times / dt - steps) > 1e-6
+    if np.any(off_grid):
+        j = int(np.argmax(off_grid))
+        raise ValueError(f"times[{j}] = {times[j]} is not a multiple of dt = {dt}")
+    if np.any(np.diff(steps) <= 0):
+        j = int(np.argmax(np.diff(steps) <= 0)) + 1
+        raise ValueError(f"times must be strictly increasing; times[{j}] = {times[j]} is not")
+    return steps
+
+
+def _count(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int ≥ {minimum}; got {value!r}")
+    return int(value)
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite positive number; got {value!r}")
+    return float(value)
+
+
+def fit(
+    lagrangian: Lagrangian,
+    params: Mapping[str, ArrayLike],
+    observations: Float[ArrayLike, "J b 3"],
+    *,
+    times: Float[ArrayLike, " J"],
+    bodies: Sequence[int],
+    dt: float,
+    q0: Float[ArrayLike, "n 3"],
+    omega0: Float[ArrayLike, "n 3"],
+    free: Sequence[str],
+    segments: int = 1,
+    optimizer: str | optax.GradientTransformation = "lbfgs",
+    learning_rate: float = 1e-2,
+    num_iterations: int = 300,
+    tolerance: float = 1e-10,
+    continuity_weights: float | Sequence[float] = (1e-3, 1e-1, 1e1),
+    refinement_steps: int = 10,
+    integrator: AbstractIntegrator = VariationalIntegrator(),
+    noise_std: float | None = None,
+    fit_initial_state: bool = False,
+) -> FitResult:
+    """Fit the parameters `free` of a model to observed directions of some of its bodies.
+
+    The data are q̃_j = q_{bodies}(t_j) + ε_j: directions (unit vectors, not renormalised after
+    noise is added) of the observed bodies, ε_j independent N(0, σ²) in each Cartesian
+    component, and q(t) the solution of `simulate(lagrangian, q0, omega0, params, dt=dt, ...)`.
+    Free parameters must be positive (masses, lengths, stiffnesses, …): the optimiser works on
+    their logarithms.
+
+    The window [0, t_J] is cut into S = `segments` segments of L = ⌈t_J / (S dt)⌉ steps. The
+    starts of segments 2..S are unknowns, initially the states of a simulation from (q0, ω0)
+    with the initial `params`. With r the data residuals and d the jumps between segments
+    (q_end − q_start and T(ω_end − ω_start), T = L dt), the loss is mean(r²) + w mean(d²). The
+    optimiser runs once for each w in `continuity_weights`, warm-started: a small w lets every
+    segment fit its own data; larger ones join them. Then Gauss–Newton steps on the problem
+    with the jumps held at zero (see `_eliminate_starts`) remove the last jumps, and with them
+    the bias of a finite w; a step that raises the loss by more than half ends the refinement.
+
+    The covariance is Gauss–Newton, σ²(J_effᵀJ_eff)⁻¹ with the segment starts eliminated: the
+    same as for single shooting, whatever S. Cov(θ) = diag(θ) Cov(log θ) diag(θ).
+
+    **Arguments:**
+
+    - `lagrangian`: the model, a pure function `L(q, qdot, params) -> scalar`.
+    - `params`: a dict of the known parameters and the initial guesses of the free ones.
+    - `observations`: the observed directions q̃_j, shape (J, len(bodies), 3).
+    - `times`: the observation times, shape (J,): strictly increasing, ≥ 0 and multiples of
+      `dt` (no interpolation between steps).
+    - `bodies`: the indices of the observed bodies.
+    - `dt`: the step of the integrator.
+    - `q0`, `omega0`: the state at t = 0, shape (n, 3) (the initial guess if
+      `fit_initial_state`).
+    - `free`: the keys of `params` to fit.
+    - `segments`: the number S of shooting segments; 1 is single shooting.
+    - `optimizer`: `"lbfgs"` (`optax.lbfgs()`), `"adam"` (`optax.adam(learning_rate)`), or an
+      optax transformation.
+    - `learning_rate`: for `"adam"`.
+    - `num_iterations`: the most optimiser steps for each continuity weight.
+    - `tolerance`: stop the optimiser once a step changes the loss by at most `tolerance` ×
+      loss, and the refinement once a step moves no unknown by more than `tolerance`.
+    - `continuity_weights`: w, or an increasing sequence of them (ignored for S = 1).
+    - `refinement_steps`: the most Gauss–Newton steps (0: none).
+    - `integrator`: as in `simulate` (`ExplicitVariationalIntegrator()` for diagonal inertia).
+    - `noise_std`: σ, if known; otherwise σ² = |r|² / (N − p), N the number of data residuals
+      and p that of the free values (plus 4n if `fit_initial_state`).
+    - `fit_initial_state`: fit the start of segment 1 too.
+
+    **Returns:** a `FitResult`.
+
+    Bad input raises `ValueError` before anything is compiled: shapes, non-finite data, times
+    off the step grid or before 0, unknown or non-positive free parameters, bodies out of range.
+    """
+    dt = _positive(dt, "dt")
+    q0, omega0 = np.asarray(q0, dtype=float), np.asarray(omega0, dtype=float)
+    if q0.ndim != 2 or q0.shape[-1] != 3:
+        raise ValueError(f"q0 must have shape (n, 3); got {q0.shape}")
+    n = q0.shape[0]
+    bodies = tuple(int(i) for i in np.atleast_1d(np.asarray(bodies)))
+    if not bodies or len(set(bodies)) != len(bodies) or not all(0 <= i < n for i in bodies):
+        raise ValueError(f"bodies must be distinct indices of the {n} bodies of q0; got {bodies}")
+    steps = _grid_steps(times, dt)
+    observations = np.asarray(observations, dtype=float)
+    if observations.shape != (steps.size, len(bodies), 3):
+        raise ValueError(
+            f"observations must have shape (J, len(bodies), 3) = {(steps.size, len(bodies), 3)}; "
+            f"got {observations.shape}"
+        )
+    if not np.all(np.isfinite(observations)):
+        j = int(np.argwhere(~np.isfinite(observations))[0, 0])
+        raise ValueError(f"observations[{j}] is not finite: {observations[j]}")
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict, to name the free parameters; got {type(params)}")
+    free = (free,) if isinstance(free, str) else tuple(free)
+    if not free or len(set(free)) != len(free):
+        raise ValueError(f"free must name distinct keys of params; got {free}")
+    for key in free:
+        if key not in params:
+            raise ValueError(f"free parameter {key!r} is not a key of params: {sorted(params)}")
+        value = np.asarray(params[key])
+        if not np.issubdtype(value.dtype, np.number) or not np.all((value > 0) & (value < np.inf)):
+            raise ValueError(f"free parameter {key!r} must be finite and positive; got {value}")
+    segments = _count(segments, "segments", 1)
+    if steps[-1] < segments:
+        raise ValueError(f"{segments} segments need ≥ {segments} steps to times[-1]: {steps[-1]}")
+    num_iterations = _count(num_iterations, "num_iterations", 0)
+    refinement_steps = _count(refinement_steps, "refinement_steps", 0)
+    tolerance = _positive(tolerance, "tolerance")
+    weights = [_positive(w, "continuity_weights") for w in np.atleast_1d(continuity_weights)]
+    if not weights:
+        raise ValueError("continuity_weights must hold at least one weight")
+    weights = weights if segments > 1 else weights[-1:]
+    if noise_std is not None:
+        noise_std = _positive(noise_std, "noise_std")
+    if isinstance(optimizer, str):
+        optimizer = _named_optimizer(optimizer, _positive(learning_rate, "learning_rate"))
+
+    length = -(-int(steps[-1]) // segments)  # ⌈K / S⌉ steps per segment
+    guess = simulate(  # also validates q0, ω0, the Lagrangian and the integrator
+        lagrangian, q0, omega0, params, dt=dt, num_steps=segments * length,
+        integrator=integrator, save_every=length,
+    )
+    first = 0 if fit_initial_state else 1
+    base_q, base_omega = np.asarray(guess.q[first:-1]), np.asarray(guess.omega[first:-1])
+    segment = np.minimum(steps // length, segments - 1)
+    known = {key: value for key, value in params.items() if key not in free}
+    arrays = (
+        dt, q0, omega0, base_q, base_omega, _tangent_basis(base_q), segment,
+        steps - segment * length, np.asarray(bodies), observations, weights[0],
+    )
+    # The guesses of the free params are not in `problem`: new guesses do not recompile.
+    problem = _MultipleShooting(
+        lagrangian, integrator, free, length, fit_initial_state, known, *map(jnp.asarray, arrays)
+    )
+    log_theta = tuple(jnp.log(jnp.asarray(params[key], dtype=float)) for key in free)
+    zeros = jnp.zeros(base_q.shape[:2] + (2,))
+    z = (log_theta, (zeros, zeros))
+
+    history = []
+    for weight in weights:
+        problem = eqx.tree_at(lambda p: p.continuity_weight, problem, jnp.asarray(weight))
+        state = _strongly_typed(optimizer.init(z))
+        stage, converged = [], False
+        for _ in range(num_iterations):
+            z, state, value = _iterate(problem, optimizer, z, state)
+            stage.append(float(value))
+            if len(stage) > 1 and abs(stage[-2] - stage[-1]) <= tolerance * abs(stage[-2]):
+                converged = True
+                break
+        history += stage
+
+    # Flattened z is (log θ, a, b), a and b the chart coordinates of shape (S or S − 1, n, 2).
+    num_params = sum(x.size for x in log_theta)
+    initial_start = np.zeros(base_q.shape[:2] + (2,), bool)
+    initial_start[:1] = fit_initial_state
+    independent = np.concatenate([np.ones(num_params, bool), *2 * [initial_start.ravel()]])
+    jacobian, (data, jumps, failed) = _linearise(problem, z)
+    if bool(failed):
+        raise RuntimeError("s2jax.fit: the simulation failed at the fitted parameters")
+    history.append(float(problem.objective(data, jumps, failed)))
+    for _ in range(refinement_steps):
+        effective, shifted, dependent_step = _eliminate_starts(jacobian, independent, data, jumps)
+        independent_step = -jnp.linalg.lstsq(effective, shifted)[0]
+        flat, unravel = ravel_pytree(z)
+        step = jnp.zeros_like(flat).at[independent].set(independent_step)
+        step = step.at[~independent].set(dependent_step(independent_step))
+        candidate = unravel(flat + step)
+        linearised = _linearise(problem, candidate)
+        loss = float(problem.objective(*linearised[1]))
+        # Holding the jumps at zero raises the penalised loss a little; far from a solution a
+        # full step overshoots and raises it a lot. The refinement stops at such a step.
+        if not loss <= 1.5 * history[-1]:
+            break
+        z, (jacobian, (data, jumps, failed)) = candidate, linearised
+        history.append(loss)
+        converged = float(jnp.max(jnp.abs(step))) <= tolerance
+        if converged:
+            break
+
+    if noise_std is None:
+        degrees_of_freedom = data.size - int(independent.sum())
+        if degrees_of_freedom <= 0:
+            raise ValueError(f"too few observations ({data.size} numbers) to estimate the noise")
+        noise_std = float(jnp.sqrt(jnp.sum(data**2) / degrees_of_freedom))
+    effective = _eliminate_starts(jacobian, independent, data, jumps)[0]
+    log_covariance = noise_std**2 * jnp.linalg.inv(effective.T @ effective)
+    theta = jnp.exp(ravel_pytree(z[0])[0])
+    covariance = theta[:, None] * log_covariance[:num_params, :num_params] * theta[None, :]
+    errors = jnp.split(jnp.sqrt(jnp.diag(covariance)), np.cumsum([x.size for x in log_theta])[:-1])
+
+    segment_q, segment_omega = problem.starts(z[1])
+    return FitResult(
+        params={**params, **{key: jnp.exp(x) for key, x in zip(free, z[0])}},
+        standard_errors={key: e.reshape(np.shape(params[key])) for key, e in zip(free, errors)},
+        covariance=covariance,
+        noise_std=jnp.asarray(noise_std),
+        loss_history=jnp.asarray(history),
+        converged=converged,
+        segment_times=dt * length * jnp.arange(segments, dtype=float),
+        segment_q=segment_q,
+        segment_omega=segment_omega,
+        predicted=data + observations,
+        continuity_defect=jnp.max(jnp.abs(jumps[:, 0]), initial=0.0),
+    )

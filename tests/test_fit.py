@@ -1,0 +1,129 @@
+"""Tests of `s2jax.fit.fit`: recovery of known parameters, uncertainty, multiple shooting, checks.
+
+Every fit here has the same shapes (3 s of the double spherical pendulum, 2 segments), so the
+L-BFGS iteration, the Adam iteration and the Jacobian are each compiled once for the module.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import s2jax as s2
+from s2jax.fit import fit
+from s2jax.models import double_spherical_pendulum as model
+
+DT = 0.01
+NUM_STEPS = 300  # 3 s; the notebook fits 10 s
+OBSERVED_STEPS = np.arange(5, NUM_STEPS + 1, 5)
+FREE = ("l1", "l2", "m2")
+TRUTH = model.paper_params()
+GUESS = dict(TRUTH, l1=1.08 * TRUTH["l1"], l2=0.93 * TRUTH["l2"], m2=1.1 * TRUTH["m2"])
+NOISE = 1e-3
+
+
+@pytest.fixture(scope="module")
+def trajectory():
+    q0, omega0 = model.paper_state()
+    return q0, omega0, s2.simulate(model.lagrangian, q0, omega0, TRUTH, dt=DT, num_steps=NUM_STEPS)
+
+
+def _fit(trajectory, observations, **kwargs):
+    q0, omega0, _ = trajectory
+    return fit(
+        model.lagrangian, GUESS, observations, times=OBSERVED_STEPS * DT, bodies=[1], dt=DT,
+        q0=q0, omega0=omega0, free=FREE, segments=2, **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def noise_free_fit(trajectory):
+    observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
+    return _fit(trajectory, observations, noise_std=NOISE)
+
+
+def test_recovers_parameters_from_noise_free_data(noise_free_fit):
+    for key in FREE:
+        assert abs(float(noise_free_fit.params[key]) / TRUTH[key] - 1) < 5e-3, key
+    assert noise_free_fit.converged
+    assert noise_free_fit.loss_history[-1] < 1e-6 * noise_free_fit.loss_history[0]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "lbfgs"])
+def test_optimizer_alone_recovers_parameters_from_noise_free_data(trajectory, optimizer):
+    observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
+    result = _fit(
+        trajectory, observations, optimizer=optimizer, num_iterations=60, refinement_steps=0
+    )
+    assert result.loss_history.size <= 3 * 60 + 1  # three continuity weights, plus the end
+    for key in FREE:
+        assert abs(float(result.params[key]) / TRUTH[key] - 1) < 5e-3, key
+
+
+def test_noisy_fit_is_within_three_standard_errors(trajectory):
+    clean = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
+    noise = NOISE * np.random.default_rng(0).normal(size=clean.shape)
+    result = _fit(trajectory, clean + noise)
+    for key in FREE:
+        error = float(result.standard_errors[key])
+        assert np.isfinite(error) and error > 0, key
+        assert abs(float(result.params[key]) - TRUTH[key]) < 3 * error, key
+    # The estimate of σ from 180 × 3 residuals has a relative spread of about 1/√(2·540) ≈ 3 %.
+    assert abs(float(result.noise_std) / NOISE - 1) < 0.15
+
+
+def test_multiple_shooting_joins_segments_and_marginalises_their_starts(trajectory, noise_free_fit):
+    q0, omega0, truth = trajectory
+    result = noise_free_fit
+    middle = int(round(float(result.segment_times[1]) / DT))
+    assert middle == NUM_STEPS // 2
+    # The start of segment 2 was fitted: it began far from the truth (a simulation with the
+    # guessed parameters) and ended on it.
+    guess = s2.simulate(
+        model.lagrangian, q0, omega0, GUESS, dt=DT, num_steps=NUM_STEPS, save_every=middle
+    )
+    assert np.max(np.abs(guess.q[1] - truth.q[middle])) > 1e-2
+    np.testing.assert_allclose(result.segment_q[1], truth.q[middle], atol=1e-8)
+    np.testing.assert_allclose(result.segment_omega[1], truth.omega[middle], atol=1e-8)
+    assert result.continuity_defect < 1e-8
+
+    # Eliminating the segment starts gives the Gauss–Newton covariance of single shooting.
+    def observed(log_theta):
+        params = dict(TRUTH, **dict(zip(FREE, jnp.exp(log_theta))))
+        solution = s2.simulate(model.lagrangian, q0, omega0, params, dt=DT, num_steps=NUM_STEPS)
+        return solution.q[OBSERVED_STEPS][:, 1].ravel()
+
+    theta = jnp.array([float(result.params[key]) for key in FREE])
+    jacobian = jax.jacfwd(observed)(jnp.log(theta))
+    single = NOISE**2 * jnp.linalg.inv(jacobian.T @ jacobian) * jnp.outer(theta, theta)
+    np.testing.assert_allclose(result.covariance, single, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(observations=np.zeros((60, 2, 3))), r"observations must have shape"),
+        (dict(nan_at=7), r"observations\[7\] is not finite"),
+        (dict(times=np.r_[OBSERVED_STEPS[:-1], 300.5] * DT), r"times\[59\] .* not a multiple"),
+        (dict(times=np.r_[-5, OBSERVED_STEPS[1:]] * DT), r"times\[0\] .* outside the horizon"),
+        (dict(times=np.r_[5, 10, 10, OBSERVED_STEPS[3:]] * DT), r"strictly increasing; times\[2\]"),
+        (dict(free=("l1", "length")), r"free parameter 'length' is not a key of params"),
+        (dict(params=dict(GUESS, l2=-1.0)), r"free parameter 'l2' must be finite and positive"),
+        (dict(bodies=[2]), r"bodies must be distinct indices of the 2 bodies of q0; got \(2,\)"),
+        (dict(segments=400), r"400 segments need ≥ 400 steps to times\[-1\]: 300"),
+        (dict(optimizer="sgd"), r'optimizer must be "lbfgs", "adam"'),
+    ],
+)
+def test_rejects_bad_input(trajectory, change, message):
+    q0, omega0, _ = trajectory
+    arguments = dict(
+        params=GUESS, observations=np.zeros((OBSERVED_STEPS.size, 1, 3)), times=OBSERVED_STEPS * DT,
+        bodies=[1], free=FREE, segments=2, optimizer="lbfgs",
+    )
+    nan_at = change.pop("nan_at", None)
+    arguments.update(change)
+    if nan_at is not None:
+        arguments["observations"][nan_at, 0, 1] = np.nan
+    params, observations = arguments.pop("params"), arguments.pop("observations")
+    with pytest.raises(ValueError, match=message):
+        fit(model.lagrangian, params, observations, dt=DT, q0=q0, omega0=omega0, **arguments)
