@@ -23,7 +23,9 @@ def test_jit_matches_eager():
     params = dsp.paper_params()
     eager = _run(params)
     jitted = jax.jit(lambda p: _run(p).q)(params)
-    np.testing.assert_allclose(jitted, eager.q, rtol=0, atol=1e-13)
+    # Not bitwise: inside an outer jit XLA fuses the step differently, and the round-off
+    # difference (1e-16) grows on the chaotic pendulum to ~1e-13 over these 100 steps.
+    np.testing.assert_allclose(jitted, eager.q, rtol=0, atol=1e-11)
 
 
 def test_vmap_over_initial_states_and_params():

@@ -1,0 +1,177 @@
+"""Wall time of the VI and the baselines on the six examples of 002 §3.5, and the cost per step
+of Example 6 as the number of molecules grows.
+
+    python benchmarks/examples.py [--skip-scaling] [--only-scaling]
+
+Part 1 runs every integrator of `python -m s2jax reproduce` with its settings (step, horizon,
+saved states) through the same ahead-of-time compiled `simulate` (`s2jax.reproduce.
+compile_simulation`), and reports the compile time and the median wall time of the runs after
+it: 7 runs for those under 2 s, 5 under 20 s, 3 above.
+
+Part 2 times the explicit VI on the Lennard-Jones molecules of Example 6 for n = 162, 642 and
+2562 (`icosphere(2|3|4)`, the same σ rule and vortices) over 1000 steps, saving only the final
+state; the time per step is (T(1000) − T(10))/990, which removes the fixed cost (the first
+force, the inertia matrix). Beside it, one force evaluation (the O(n²) gradient of the pair
+potential) timed alone in a compiled loop: the explicit VI evaluates one force per step, so
+the two agree when the force dominates. float64, CPU. Results go to
+benchmarks/results/examples.json.
+"""
+
+import argparse
+import json
+import math
+import os
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+from _common import RESULTS, median_time, write  # noqa: E402
+
+import s2jax as s2  # noqa: E402
+from s2jax.models import lennard_jones_on_sphere as lj  # noqa: E402
+from s2jax.reproduce import EXAMPLES, compile_simulation  # noqa: E402
+
+
+def _repeats(seconds):
+    return 7 if seconds < 2 else 5 if seconds < 20 else 3
+
+
+def example_times():
+    results = {}
+    for number, example in EXAMPLES.items():
+        q0, omega0 = example.model.paper_state()
+        params = example.model.paper_params()
+        num_saves = round(example.horizon / example.sample)
+        runs = {}
+        for run in example.runs:
+            dt = example.sample if run.dt is None else run.dt
+            save_every = max(1, round(example.sample / dt))
+            go, compile_seconds = compile_simulation(
+                example.model.lagrangian,
+                q0,
+                omega0,
+                params,
+                dt=dt,
+                num_steps=num_saves * save_every,
+                integrator=run.integrator,
+                save_every=save_every,
+            )
+            start = time.perf_counter()
+            jax.block_until_ready(go())
+            first = time.perf_counter() - start
+            repeats = _repeats(first)
+            median, times = median_time(go, repeats=repeats)
+            runs[run.label] = {
+                "integrator": repr(run.integrator),
+                "dt": dt,
+                "num_steps": num_saves * save_every,
+                "compile_s": compile_seconds,
+                "median_s": median,
+                "times_s": times,
+                "repeats": repeats,
+            }
+            print(
+                f"Example {number} {run.label:22s} compile {compile_seconds:7.2f} s   "
+                f"run {median:8.3f} s (median of {repeats})",
+                flush=True,
+            )
+        results[f"example_{number}"] = {
+            "title": example.title,
+            "horizon": example.horizon,
+            "runs": runs,
+        }
+    return results
+
+
+def _simulation_seconds(q0, omega0, params, num_steps, repeats):
+    go, compile_seconds = compile_simulation(
+        lj.lagrangian,
+        q0,
+        omega0,
+        params,
+        dt=0.005,
+        num_steps=num_steps,
+        integrator=s2.ExplicitVariationalIntegrator(),
+        save_every=num_steps,
+    )
+    median, _ = median_time(go, repeats=repeats)
+    return median, compile_seconds
+
+
+def _force_seconds(q0, params, count, repeats):
+    """One force evaluation −∂V/∂q, timed as `count` of them in one compiled loop (a dispatch
+    per evaluation would swamp the small n). Each takes the previous one's output, so XLA
+    cannot hoist it out of the loop."""
+    force = jax.grad(lj.potential)
+
+    @jax.jit
+    def loop(q, params):
+        return jax.lax.fori_loop(0, count, lambda i, q: q + 1e-300 * force(q, params), q)
+
+    q = jnp.asarray(q0)
+    traced = {k: jnp.asarray(v) for k, v in params.items()}
+    median, _ = median_time(lambda: loop(q, traced), repeats=repeats)
+    return median / count
+
+
+def lennard_jones_scaling():
+    results = {}
+    short, long = 10, 1000
+    for subdivisions, repeats in ((2, 7), (3, 5), (4, 3)):
+        q0, omega0 = lj.paper_state(subdivisions)
+        params = lj.paper_params(subdivisions)
+        n = q0.shape[0]
+        t_short, _ = _simulation_seconds(q0, omega0, params, short, repeats)
+        t_long, compile_seconds = _simulation_seconds(q0, omega0, params, long, repeats)
+        per_step = (t_long - t_short) / (long - short)
+        force_seconds = _force_seconds(q0, params, long, repeats)
+        results[str(n)] = {
+            "n": n,
+            "steps": [short, long],
+            "run_s": [t_short, t_long],
+            "compile_s": compile_seconds,
+            "ms_per_step": 1e3 * per_step,
+            "fixed_cost_s": t_short - short * per_step,
+            "ms_per_force_evaluation": 1e3 * force_seconds,
+        }
+        print(
+            f"n = {n:5d}: 1000 steps {t_long:7.3f} s, {1e3 * per_step:8.3f} ms/step, one force "
+            f"{1e3 * force_seconds:8.3f} ms ({force_seconds / per_step:4.0%} of a step), fixed "
+            f"{t_short - short * per_step:6.3f} s, compile {compile_seconds:5.2f} s",
+            flush=True,
+        )
+    sizes = sorted(results.values(), key=lambda r: r["n"])
+    for small, large in zip(sizes, sizes[1:]):
+        ratio = large["ms_per_step"] / small["ms_per_step"]
+        exponent = math.log(ratio) / math.log(large["n"] / small["n"])
+        large[f"exponent_from_{small['n']}"] = exponent
+        print(
+            f"n {small['n']} → {large['n']}: time per step × {ratio:.1f} = (n ratio)^{exponent:.2f}"
+        )
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--only-scaling", action="store_true")
+    args = parser.parse_args()
+    # A partial run keeps the other part's results from the last full one.
+    previous = RESULTS / "examples.json"
+    payload = json.loads(previous.read_text()) if previous.exists() else {}
+    payload.pop("machine", None)
+    if not args.only_scaling:
+        payload["examples"] = example_times()
+    if not args.skip_scaling:
+        payload["lennard_jones_scaling"] = lennard_jones_scaling()
+    # The machine may be shared: the load says how many cores the runs really had.
+    payload["load_average_1_5_15_min_at_end"] = os.getloadavg()
+    path = write("examples", payload)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
