@@ -19,7 +19,6 @@ Results go to benchmarks/results/gradients.json.
 """
 
 import diffrax
-import equinox as eqx
 import jax
 
 jax.config.update("jax_enable_x64", True)

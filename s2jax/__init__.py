@@ -22,6 +22,8 @@ from ._geometry import (
     retract_state as retract_state,
 )
 from ._integrators import (
+    RKMK3 as RKMK3,
+    RKMK4 as RKMK4,
     AbstractIntegrator as AbstractIntegrator,
     AdaptiveRungeKutta45 as AdaptiveRungeKutta45,
     CommutatorFreeRK4 as CommutatorFreeRK4,
@@ -30,17 +32,15 @@ from ._integrators import (
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
     LieEuler as LieEuler,
     LieEulerHeun as LieEulerHeun,
-    RKMK3 as RKMK3,
-    RKMK4 as RKMK4,
+    Rattle as Rattle,
     RungeKutta2 as RungeKutta2,
     RungeKutta2WithReprojection as RungeKutta2WithReprojection,
     RungeKutta4 as RungeKutta4,
-    Rattle as Rattle,
     StormerVerlet as StormerVerlet,
     VariationalIntegrator as VariationalIntegrator,
 )
 from ._results import RESULTS as RESULTS
-from ._simulate import Solution as Solution, SimulationError as SimulationError, simulate as simulate
+from ._simulate import SimulationError as SimulationError, Solution as Solution, simulate as simulate
 from ._system import LagrangianSystem as LagrangianSystem, check_lagrangian_form as check_lagrangian_form
 
 __version__ = "0.1.0"

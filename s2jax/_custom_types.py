@@ -1,6 +1,7 @@
 """Shape aliases used across s2jax, in the jaxtyping notation of diffrax."""
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 

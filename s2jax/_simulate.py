@@ -11,8 +11,8 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 
-from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._adjoint import _NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
+from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._integrators import (
     AbstractIntegrator,
     AdaptiveRungeKutta45,
@@ -23,6 +23,7 @@ from ._integrators import (
 from ._results import RESULTS
 from ._system import LagrangianSystem, check_lagrangian_form
 from ._validation import INITIAL_STATE_TOLERANCE, validate_initial_state
+
 
 class SimulationError(RuntimeError):
     """A step could not be taken (raised by `simulate(..., throw=True)`)."""

@@ -31,7 +31,9 @@ def _finite_difference(fn, x, direction, eps):
 CASES = {
     # model, integrator, dt, params to check
     "double_pendulum": (dsp, s2.VariationalIntegrator(), 0.01, ("m1", "m2", "l1", "l2", "g")),
-    "coupled_pendula": (springs, s2.ExplicitVariationalIntegrator(), 1e-3, ("masses", "lengths", "spring_constants", "g")),
+    "coupled_pendula": (
+        springs, s2.ExplicitVariationalIntegrator(), 1e-3, ("masses", "lengths", "spring_constants", "g")
+    ),
 }
 
 
@@ -170,7 +172,9 @@ def test_no_nan_gradients_at_rest_and_collinear():
     q0 = jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # hanging straight: q1 = q2
     for integrator in (s2.VariationalIntegrator(), s2.RungeKutta4()):
         def loss(p, omega0):
-            sol = s2.simulate(dsp.lagrangian, q0, omega0, p, dt=0.01, num_steps=20, save_every=20, integrator=integrator)
+            sol = s2.simulate(
+                dsp.lagrangian, q0, omega0, p, dt=0.01, num_steps=20, save_every=20, integrator=integrator
+            )
             return jnp.sum(sol.q[-1] ** 2) + jnp.sum(sol.omega[-1])
 
         grads = jax.grad(loss, argnums=(0, 1))(params, jnp.zeros((2, 3)))

@@ -1,14 +1,5 @@
-from .base import AbstractIntegrator as AbstractIntegrator
-from .runge_kutta import (
-    RungeKutta2 as RungeKutta2,
-    RungeKutta2WithReprojection as RungeKutta2WithReprojection,
-    RungeKutta4 as RungeKutta4,
-)
-from .variational import (
-    ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
-    VariationalIntegrator as VariationalIntegrator,
-)
 from .adaptive import AdaptiveRungeKutta45 as AdaptiveRungeKutta45
+from .base import AbstractIntegrator as AbstractIntegrator
 from .composition import Composition as Composition
 from .constrained import Rattle as Rattle, StormerVerlet as StormerVerlet
 from .hamel import DiscreteHamelIntegrator as DiscreteHamelIntegrator
@@ -18,4 +9,13 @@ from .lie_group import (
     CommutatorFreeRK4 as CommutatorFreeRK4,
     LieEuler as LieEuler,
     LieEulerHeun as LieEulerHeun,
+)
+from .runge_kutta import (
+    RungeKutta2 as RungeKutta2,
+    RungeKutta2WithReprojection as RungeKutta2WithReprojection,
+    RungeKutta4 as RungeKutta4,
+)
+from .variational import (
+    ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
+    VariationalIntegrator as VariationalIntegrator,
 )
