@@ -32,7 +32,7 @@ from _common import RESULTS, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax.models import lennard_jones_on_sphere as lj  # noqa: E402
-from s2jax.reproduce import EXAMPLES, compile_simulation  # noqa: E402
+from s2jax.reproduce import EXAMPLES, compile_simulation, step_grid  # noqa: E402
 
 
 def _repeats(seconds):
@@ -44,18 +44,16 @@ def example_times():
     for number, example in EXAMPLES.items():
         q0, omega0 = example.model.paper_state()
         params = example.model.paper_params()
-        num_saves = round(example.horizon / example.sample)
         runs = {}
         for run in example.runs:
-            dt = example.sample if run.dt is None else run.dt
-            save_every = max(1, round(example.sample / dt))
+            dt, save_every, num_steps = step_grid(example, run)
             go, compile_seconds = compile_simulation(
                 example.model.lagrangian,
                 q0,
                 omega0,
                 params,
                 dt=dt,
-                num_steps=num_saves * save_every,
+                num_steps=num_steps,
                 integrator=run.integrator,
                 save_every=save_every,
             )
@@ -67,7 +65,7 @@ def example_times():
             runs[run.label] = {
                 "integrator": repr(run.integrator),
                 "dt": dt,
-                "num_steps": num_saves * save_every,
+                "num_steps": num_steps,
                 "compile_s": compile_seconds,
                 "median_s": median,
                 "times_s": times,

@@ -275,16 +275,21 @@ def compile_simulation(
     return (lambda: compiled(q0, omega0, dynamic)), compile_seconds
 
 
+def step_grid(example: Example, run, horizon_scale: float = 1.0) -> tuple[float, int, int]:
+    """`(dt, save_every, num_steps)` of one run: its step, saving every `example.sample` s."""
+    num_saves = max(1, round(example.horizon * horizon_scale / example.sample))
+    dt = example.sample if run.dt is None else run.dt
+    save_every = max(1, round(example.sample / dt))
+    return dt, save_every, num_saves * save_every
+
+
 def run_example(example: Example, horizon_scale: float = 1.0) -> list[RunResult]:
     """Run every integrator of `example` over `horizon_scale` × its horizon; time and score it."""
     q0, omega0 = example.model.paper_state()
     params = example.model.paper_params()
-    num_saves = max(1, round(example.horizon * horizon_scale / example.sample))
     results = []
     for run in example.runs:
-        dt = example.sample if run.dt is None else run.dt
-        save_every = max(1, round(example.sample / dt))
-        num_steps = num_saves * save_every
+        dt, save_every, num_steps = step_grid(example, run, horizon_scale)
         go, compile_seconds = compile_simulation(
             example.model.lagrangian,
             q0,
