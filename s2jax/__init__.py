@@ -14,6 +14,8 @@ from ._diagnostics import (
     tangency_error as tangency_error,
     unit_length_error as unit_length_error,
 )
+from ._force import AbstractForce as AbstractForce, Force as Force
+from ._form_check import check_lagrangian_form as check_lagrangian_form
 from ._geometry import (
     cayley_rotate as cayley_rotate,
     hat as hat,
@@ -24,7 +26,9 @@ from ._geometry import (
 from ._integrators import (
     RKMK3 as RKMK3,
     RKMK4 as RKMK4,
+    AbstractAdaptiveIntegrator as AbstractAdaptiveIntegrator,
     AbstractIntegrator as AbstractIntegrator,
+    AbstractRungeKutta as AbstractRungeKutta,
     AdaptiveRungeKutta45 as AdaptiveRungeKutta45,
     CommutatorFreeRK4 as CommutatorFreeRK4,
     Composition as Composition,
@@ -41,6 +45,11 @@ from ._integrators import (
 )
 from ._results import RESULTS as RESULTS
 from ._simulate import SimulationError as SimulationError, Solution as Solution, simulate as simulate
-from ._system import LagrangianSystem as LagrangianSystem, check_lagrangian_form as check_lagrangian_form
+from ._system import (
+    AbstractSystem as AbstractSystem,
+    LagrangianSystem as LagrangianSystem,
+    SystemArgs as SystemArgs,
+)
+from ._validation import check_initial_state as check_initial_state
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """How `simulate` is differentiated: the loop over steps, with three ways to store it.
 
-Every adjoint runs the same forward loop: `save_every` steps between saved states, a failed
-step freezing the state (see `simulate`). They differ in what reverse mode keeps:
+Every adjoint runs the same forward loop, `_simulate.Loop`: `save_every` steps between saved
+states, a failed step freezing the state. They differ only in what reverse mode keeps:
 
 - `DirectAdjoint`: every step's intermediate values (plain `jax.grad` of `lax.scan`). Fastest;
   memory ∝ number of steps.
@@ -18,8 +18,6 @@ Derivatives of each implicit step come from the implicit function theorem (`_new
 
 import abc
 import math
-from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -29,28 +27,8 @@ from jax import lax
 
 from ._results import RESULTS
 
-_NO_FAILURE = -1  # `Solution.failed_step` when every step succeeded
-
-StepFn = Callable[..., Any]
-
-
-def _guarded_step(step: StepFn, inputs):
-    """One step of the forward loop: a failure freezes the state and records the step index."""
-    _, _, params, dt = inputs
-
-    def body(carry):
-        q, omega, state, result, failed_step, k = carry
-        q1, omega1, state1, step_result = step(q, omega, state, params, dt)
-        running = result == RESULTS.successful
-        accept = running & (step_result == RESULTS.successful)
-        q, omega, state = jtu.tree_map(
-            lambda new, old: jnp.where(accept, new, old), (q1, omega1, state1), (q, omega, state)
-        )
-        failed_step = jnp.where(running & ~accept, k, failed_step)
-        result = RESULTS.where(running, step_result, result)
-        return q, omega, state, result, failed_step, k + 1
-
-    return body
+NO_FAILURE = -1
+"""`Solution.failed_step` when every step succeeded."""
 
 
 def _scan_steps(body, carry, length):
@@ -61,43 +39,19 @@ class AbstractAdjoint(eqx.Module):
     """How reverse-mode differentiation of `simulate` stores (or recomputes) the trajectory."""
 
     @abc.abstractmethod
-    def loop(self, init: StepFn, step: StepFn, inputs, result0, num_saves: int, save_every: int, on_save=None):
-        """Run `num_saves × save_every` steps from `init(*inputs)`.
+    def loop(self, loop, inputs, result0):
+        """Run `loop` (a `_simulate.Loop`) from `inputs` (its `LoopInputs`) and the initial code.
 
-        `inputs = (q0, omega0, params, dt)` holds the differentiable inputs (params filtered
-        to its inexact arrays); `step(q, omega, state, params, dt)` is the integrator's step.
-        `on_save(index)`, if given, is called (traced) after each saved state: the progress bar.
-
-        **Returns:** `(qs, omegas, result, failed_step)`, with qs, omegas of shape
-        (num_saves, n, 3): the states after each block of `save_every` steps.
+        **Returns:** `(final, ys)`: the final `LoopState` and the states after each block of
+        `save_every` steps, each of shape (num_saves, n, 3).
         """
-
-
-def _forward(init, step, inputs, result0, num_saves, save_every, run_block, on_save):
-    q0, omega0, params, dt = inputs
-    failed0 = jnp.where(result0 == RESULTS.successful, _NO_FAILURE, 0)
-    carry = (q0, omega0, init(*inputs), result0, failed0, jnp.array(0))
-    body = _guarded_step(step, inputs)
-
-    def save(carry, index):
-        carry = run_block(body, carry)
-        if on_save is not None:
-            on_save(index)
-        return carry, (carry[0], carry[1])
-
-    final, (qs, omegas) = lax.scan(save, carry, jnp.arange(num_saves))
-    return final, qs, omegas
 
 
 class DirectAdjoint(AbstractAdjoint):
     """Reverse mode through the `lax.scan` as it is: stores every step. Fastest for short runs."""
 
-    def loop(self, init, step, inputs, result0, num_saves, save_every, on_save=None):
-        final, qs, omegas = _forward(
-            init, step, inputs, result0, num_saves, save_every,
-            lambda body, carry: _scan_steps(body, carry, save_every), on_save,
-        )
-        return qs, omegas, final[3], final[4]
+    def loop(self, loop, inputs, result0):
+        return loop.run(inputs, result0, _scan_steps)
 
 
 def _block_size(save_every: int, requested: int | None) -> int:
@@ -119,17 +73,14 @@ class CheckpointedAdjoint(AbstractAdjoint):
 
     block_size: int | None = None
 
-    def loop(self, init, step, inputs, result0, num_saves, save_every, on_save=None):
-        block = _block_size(save_every, self.block_size)
+    def loop(self, loop, inputs, result0):
+        block = _block_size(loop.save_every, self.block_size)
 
-        def run_block(body, carry):
+        def scan_steps(body, carry, length):
             inner = jax.checkpoint(lambda c: _scan_steps(body, c, block))
-            return lax.scan(lambda c, _: (inner(c), None), carry, length=save_every // block)[0]
+            return _scan_steps(inner, carry, length // block)
 
-        final, qs, omegas = _forward(
-            init, step, inputs, result0, num_saves, save_every, run_block, on_save
-        )
-        return qs, omegas, final[3], final[4]
+        return loop.run(inputs, result0, scan_steps)
 
 
 class ReversibleAdjoint(AbstractAdjoint):
@@ -146,76 +97,67 @@ class ReversibleAdjoint(AbstractAdjoint):
     trajectory like e^{λt}·1e-16 (λ the Lyapunov exponent), and the gradient with it — the
     gradient itself grows as e^{λt}, so such horizons call for multiple shooting anyway.
 
-    Needs an integrator whose states carry nothing that depends on the sign of h: the
-    variational integrators and their compositions. Gradients of a simulation that failed
+    Needs a symmetric integrator (`is_symmetric`) whose state carries nothing that depends on
+    the sign of h, and forces that do not depend on ω. Gradients of a simulation that failed
     (`result` not successful) are NaN.
     """
 
-    def loop(self, init, step, inputs, result0, num_saves, save_every, on_save=None):
-        return _reversible_loop(init, step, num_saves, save_every, inputs, result0, on_save)
+    def loop(self, loop, inputs, result0):
+        return _reversible_loop(loop, inputs, result0)
 
 
-def _reversible_loop(init, step, num_saves, save_every, inputs, result0, on_save):
-    # The initial result code enters as an explicit (integer) input: a custom_vjp must not
-    # close over values computed from the inputs being differentiated.
-    def run(inputs, code0):
-        return _forward(
-            init, step, inputs, _as_result(code0), num_saves, save_every,
-            lambda body, carry: _scan_steps(body, carry, save_every), on_save,
-        )
-
+def _reversible_loop(loop, inputs, result0):
+    # The initial result code is an explicit input: a custom_vjp must not close over values
+    # computed from the inputs being differentiated.
     @jax.custom_vjp
-    def loop(inputs, code0):
-        final, qs, omegas = run(inputs, code0)
-        return qs, omegas, final[3]._value, final[4]
+    def run(inputs, result0):
+        return loop.run(inputs, result0, _scan_steps)
 
-    def forward(inputs, code0):
-        final, qs, omegas = run(inputs, code0)
-        return (qs, omegas, final[3]._value, final[4]), (inputs, final[:3], final[3]._value)
+    def forward(inputs, result0):
+        final, ys = loop.run(inputs, result0, _scan_steps)
+        return (final, ys), (inputs, final)
 
     def backward(residuals, cotangents):
-        inputs, (q, omega, state), code = residuals
-        _, _, params, dt = inputs
-        ct_qs, ct_omegas, _, _ = cotangents
+        inputs, final = residuals
+        _, ct_ys = cotangents
+        dt = inputs.dt
+        args, args_vjp = jax.vjp(loop.args, inputs)
 
-        def one_step(q, omega, state, params, dt):
-            return step(q, omega, state, params, dt)[:3]
+        def step(k, y, state, args, dt):
+            return loop.advance(loop.time(k, dt), dt, y, state, args)[:2]
 
         def back_step(carry, _):
-            x, lam, ct_params, ct_dt = carry
-            previous = one_step(*x, params, -dt)
-            _, vjp = jax.vjp(one_step, *previous, params, dt)
-            dq, domega, dstate, dparams, ddt = vjp(lam)
-            ct_params = jtu.tree_map(jnp.add, ct_params, dparams)
-            return (previous, (dq, domega, dstate), ct_params, ct_dt + ddt), None
+            k, y, state, ct, ct_args, ct_dt = carry
+            k = k - 1
+            previous = loop.advance(loop.time(k + 1, dt), -dt, y, state, args)[:2]
+            _, vjp = jax.vjp(lambda y, s, a, h: step(k, y, s, a, h), *previous, args, dt)
+            dy, dstate, dargs, ddt = vjp(ct)
+            ct_args = jtu.tree_map(jnp.add, ct_args, dargs)
+            return (k, *previous, (dy, dstate), ct_args, ct_dt + ddt), None
 
         def back_save(carry, ct_save):
-            carry, _ = lax.scan(back_step, carry, length=save_every)
-            x, (dq, domega, dstate), ct_params, ct_dt = carry
-            return (x, (dq + ct_save[0], domega + ct_save[1], dstate), ct_params, ct_dt), None
+            carry, _ = lax.scan(back_step, carry, length=loop.save_every)
+            k, y, state, (dy, dstate), ct_args, ct_dt = carry
+            dy = jtu.tree_map(jnp.add, dy, ct_save)
+            return (k, y, state, (dy, dstate), ct_args, ct_dt), None
 
-        zeros = jtu.tree_map(jnp.zeros_like, state)
-        lam = (ct_qs[-1], ct_omegas[-1], zeros)
-        carry = ((q, omega, state), lam, jtu.tree_map(jnp.zeros_like, params), jnp.zeros_like(dt))
+        zeros = jtu.tree_map(jnp.zeros_like, final.state)
+        ct_final = (jtu.tree_map(lambda c: c[-1], ct_ys), zeros)
+        carry = (final.step, final.y, final.state, ct_final, jtu.tree_map(jnp.zeros_like, args), jnp.zeros_like(dt))
         # After the block that ends at save s (s ≥ 1) comes the cotangent of save s − 1; the
         # last block (back to step 0) adds nothing: the initial state is not an output here.
-        pending = (
-            jnp.concatenate([jnp.zeros_like(ct_qs[:1]), ct_qs[:-1]])[::-1],
-            jnp.concatenate([jnp.zeros_like(ct_omegas[:1]), ct_omegas[:-1]])[::-1],
+        pending = jtu.tree_map(lambda c: jnp.concatenate([jnp.zeros_like(c[:1]), c[:-1]])[::-1], ct_ys)
+        (_, _, _, (dy, dstate), ct_args, ct_dt), _ = lax.scan(back_save, carry, pending)
+        t0 = jnp.zeros((), dt.dtype)
+        _, init_vjp = jax.vjp(lambda y0, a: loop.integrator.init(loop.system, t0, y0, a), inputs.y0, args)
+        dy0, dargs0 = init_vjp(dstate)
+        (ct_inputs,) = args_vjp(jtu.tree_map(jnp.add, ct_args, dargs0))
+        direct = eqx.tree_at(
+            lambda i: (i.y0, i.dt), jtu.tree_map(jnp.zeros_like, inputs), (jtu.tree_map(jnp.add, dy, dy0), ct_dt)
         )
-        ((q0, omega0, _), (dq, domega, dstate), ct_params, ct_dt), _ = lax.scan(back_save, carry, pending)
-        q0_in, omega0_in, params_in, dt_in = inputs
-        _, vjp_init = jax.vjp(init, q0_in, omega0_in, params_in, dt_in)
-        dq0, domega0, dparams0, ddt0 = vjp_init(dstate)
-        grads = (dq + dq0, domega + domega0, jtu.tree_map(jnp.add, ct_params, dparams0), ct_dt + ddt0)
-        failed = code != RESULTS.successful._value
+        grads = jtu.tree_map(jnp.add, ct_inputs, direct)
+        failed = final.result != RESULTS.successful
         return jtu.tree_map(lambda g: jnp.where(failed, jnp.nan, g), grads), None
 
-    loop.defvjp(forward, backward)
-    qs, omegas, code, failed_step = loop(inputs, result0._value)
-    return qs, omegas, _as_result(code), failed_step
-
-
-def _as_result(code) -> RESULTS:
-    """The `RESULTS` item of an integer code array."""
-    return eqx.tree_at(lambda r: r._value, RESULTS.successful, code)
+    run.defvjp(forward, backward)
+    return run(inputs, result0)

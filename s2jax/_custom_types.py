@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from jaxtyping import Array, ArrayLike, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 Configuration = Float[Array, "n 3"]
 """q = (q_1, …, q_n) ∈ (S²)ⁿ, one unit vector per row."""
@@ -20,6 +20,7 @@ Lagrangian = Callable[[Configuration, Float[Array, "n 3"], Params], Float[Array,
 __all__ = [
     "Array",
     "ArrayLike",
+    "Bool",
     "AngularVelocity",
     "Configuration",
     "Float",

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._geometry import dot
-from ._system import LagrangianSystem
+from ._system import LagrangianSystem, SystemArgs
 
 # The most entries of a pairwise potential's (states × n × n [× 3]) intermediates that one
 # vmapped evaluation may hold: 2²² float64 values, 32 MB. Unbounded, the energies of 10³ states
@@ -40,7 +40,7 @@ def _per_state(fn, q, omega):
 def energy(lagrangian: Lagrangian, q: Float[Array, "... n 3"], omega: Float[Array, "... n 3"], params: Params):
     """The total energy E = Σ_i q̇_i·∂L/∂q̇_i − L at q̇_i = ω_i × q_i."""
     system = LagrangianSystem(lagrangian)
-    return _per_state(lambda x, w: system.energy(x, w, params), q, omega)
+    return _per_state(lambda x, w: system.energy(x, w, SystemArgs(params)), q, omega)
 
 
 def momentum_map(
@@ -60,7 +60,7 @@ def momentum_map(
     e = jnp.asarray(axis, dtype=jnp.asarray(q).dtype)
 
     def one(x, w):
-        return jnp.sum(system.momentum(x, w, params) * jnp.cross(e, x))
+        return jnp.sum(system.ambient_momentum(x, w, SystemArgs(params)) * jnp.cross(e, x))
 
     return _per_state(one, q, omega)
 

@@ -50,7 +50,7 @@ def discrete_legendre_step(
 
     Solves p_k = −P_k D₁L_d(q_k, cay(f) q_k) for f by Newton's method. The normal component
     of f does not move q, so the equation for it, f_i·q_i = 0, is added along q_i.
-    p_k is the conjugate momentum of (2.12) (`LagrangianSystem.conjugate_momentum`).
+    p_k is the conjugate momentum of (2.12) (`LagrangianSystem.momentum`).
 
     **Returns:** `(q_next, p_next, converged)`.
     """

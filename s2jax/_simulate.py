@@ -1,8 +1,15 @@
-"""`simulate`: one jitted `lax.scan` over the steps of an integrator."""
+"""`simulate`: one jitted `lax.scan` over the steps of an integrator.
+
+The loop is written once, here: `Loop` says what a step of the loop does (call the
+integrator, freeze the state after a failure, record the failing step) over a named
+`LoopState`; the adjoints of `_adjoint.py` only choose how the scan over steps is stored,
+checkpointed or reversed for reverse-mode differentiation.
+"""
 
 import math
 import numbers
 import sys
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -11,18 +18,15 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 
-from ._adjoint import _NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
+from ._adjoint import NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
-from ._integrators import (
-    AbstractIntegrator,
-    AdaptiveRungeKutta45,
-    Composition,
-    ExplicitVariationalIntegrator,
-    VariationalIntegrator,
-)
+from ._force import AbstractForce, Force
+from ._form_check import check_lagrangian_form
+from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
+from ._integrators.base import IntegratorState, State
 from ._results import RESULTS
-from ._system import LagrangianSystem, check_lagrangian_form
-from ._validation import INITIAL_STATE_TOLERANCE, validate_initial_state
+from ._system import AbstractSystem, LagrangianSystem, SystemArgs
+from ._validation import check_initial_state, initial_state_is_valid
 
 
 class SimulationError(RuntimeError):
@@ -48,6 +52,84 @@ class Solution(eqx.Module):
     failed_step: Int[Array, ""]
 
 
+class LoopState(eqx.Module):
+    """What the loop carries from step to step.
+
+    **Fields:** `y` = (q_k, ω_k); `state`, the integrator's own; `result`, the code so far;
+    `failed_step`, the first failed step or −1; `step`, k, the steps attempted so far.
+    """
+
+    y: State
+    state: IntegratorState
+    result: RESULTS
+    failed_step: Int[Array, ""]
+    step: Int[Array, ""]
+
+
+class LoopInputs(eqx.Module):
+    """The inputs of the loop that derivatives flow to: y0, the inexact leaves of params, dt."""
+
+    y0: State
+    params: Params
+    dt: Float[Array, ""]
+
+
+class Loop(eqx.Module):
+    """One simulation's loop: `num_saves` blocks of `save_every` steps of `integrator`.
+
+    t_k = k h is computed from the step count, not accumulated. A step that fails freezes
+    the state and records its index; every later step is skipped the same way.
+    """
+
+    integrator: AbstractIntegrator
+    system: AbstractSystem
+    static_params: Params
+    num_saves: int = eqx.field(static=True)
+    save_every: int = eqx.field(static=True)
+    progress: bool = eqx.field(static=True)
+
+    def args(self, inputs: LoopInputs) -> SystemArgs:
+        return self.system.prepare(inputs.y0[0], eqx.combine(inputs.params, self.static_params))
+
+    def init(self, inputs: LoopInputs, args: SystemArgs, result0: RESULTS) -> LoopState:
+        t0 = jnp.zeros((), inputs.dt.dtype)
+        state = self.integrator.init(self.system, t0, inputs.y0, args)
+        failed0 = jnp.where(result0 == RESULTS.successful, NO_FAILURE, 0)
+        return LoopState(inputs.y0, state, result0, failed0, jnp.array(0))
+
+    def time(self, k: Int[Array, ""], dt: Float[Array, ""]) -> Float[Array, ""]:
+        return k.astype(dt.dtype) * dt
+
+    def advance(self, t0, dt, y, state, args):
+        """The integrator's step from t0 by dt: `(y_next, state_next, result)`."""
+        return self.integrator.step(self.system, t0, dt, y, args, state)
+
+    def step(self, carry: LoopState, args: SystemArgs, dt: Float[Array, ""]) -> LoopState:
+        y, state, result = self.advance(self.time(carry.step, dt), dt, carry.y, carry.state, args)
+        running = carry.result == RESULTS.successful
+        accept = running & (result == RESULTS.successful)
+        y, state = jtu.tree_map(lambda new, old: jnp.where(accept, new, old), (y, state), (carry.y, carry.state))
+        failed_step = jnp.where(running & ~accept, carry.step, carry.failed_step)
+        result = RESULTS.where(running, result, carry.result)
+        return LoopState(y, state, result, failed_step, carry.step + 1)
+
+    def run(self, inputs: LoopInputs, result0: RESULTS, scan_steps: Callable) -> tuple[LoopState, State]:
+        """The forward loop; `scan_steps(body, carry, length)` runs `length` steps of `body`.
+
+        **Returns:** the final `LoopState` and the states after each block, shape (num_saves, n, 3).
+        """
+        args = self.args(inputs)
+        on_save = _progress_hook(self.num_saves, self.save_every) if self.progress else None
+
+        def save(carry, index):
+            carry = scan_steps(lambda c: self.step(c, args, inputs.dt), carry, self.save_every)
+            if on_save is not None:
+                on_save(index)
+            return carry, carry.y
+
+        return lax.scan(save, self.init(inputs, args, result0), jnp.arange(self.num_saves))
+
+
 def simulate(
     lagrangian: Lagrangian,
     q0: Float[ArrayLike, "n 3"],
@@ -56,7 +138,8 @@ def simulate(
     *,
     dt: float | Float[ArrayLike, ""],
     num_steps: int,
-    integrator: AbstractIntegrator | AdaptiveRungeKutta45 = VariationalIntegrator(),
+    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator = VariationalIntegrator(),
+    force: AbstractForce | Callable | None = None,
     save_every: int = 1,
     adjoint: AbstractAdjoint = DirectAdjoint(),
     throw: bool = True,
@@ -78,34 +161,56 @@ def simulate(
     - `dt`: the step h > 0 (for `AdaptiveRungeKutta45`, the spacing of the output grid).
     - `num_steps`: the number of steps; the horizon is num_steps · dt.
     - `integrator`: a `VariationalIntegrator` (default), `ExplicitVariationalIntegrator`,
-      a Runge–Kutta baseline, or `AdaptiveRungeKutta45`.
+      another `AbstractIntegrator`, or `AdaptiveRungeKutta45`.
+    - `force`: non-conservative generalized forces f(t, q, ω, u, params) -> (n, 3) of 001
+      (10), an `s2jax.AbstractForce` or a plain function (taken to depend on ω; wrap it in
+      `s2jax.Force(fn, depends_on_velocity=False)` if it does not). u is None.
     - `save_every`: save every k-th state; must divide `num_steps`.
     - `adjoint`: how reverse-mode differentiation stores the trajectory: `DirectAdjoint()`
       (default; every step), `CheckpointedAdjoint(block_size)` or `ReversibleAdjoint()`
-      (memory independent of the number of steps; symmetric integrators only).
+      (memory independent of the number of steps; symmetric integrators and forces that do
+      not depend on ω only).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
       index) if a step fails; with `throw=False` the failure is reported in `result`.
     - `progress`: show a progress bar on stderr (updated at most ~50 times, from the device).
 
     Bad input raises `ValueError` before anything is compiled: wrong shapes, non-finite
     values, |q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond 1e-12 (naming the body), dt ≤ 0, a Lagrangian not
-    of the form (2.2), or a non-diagonal M for `ExplicitVariationalIntegrator`. Values that
-    are traced (under `jax.jit` or `jax.vmap`) are checked inside the computation instead:
-    a bad initial state gives `RESULTS.invalid_initial_state`.
+    of the form (2.2), a non-diagonal M for an integrator that needs a diagonal one, or a force
+    the integrator or adjoint cannot take. Values that are traced (under `jax.jit` or
+    `jax.vmap`) are checked inside the computation instead: a bad initial state gives
+    `RESULTS.invalid_initial_state`, a non-diagonal M `RESULTS.inertia_not_diagonal`.
 
     **Returns:** a `Solution`.
     """
     if not isinstance(adjoint, AbstractAdjoint):
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
-    if isinstance(adjoint, ReversibleAdjoint) and not _is_symmetric(integrator):
-        raise ValueError(
-            f"ReversibleAdjoint needs a symmetric integrator (a step with −h undoing a step with "
-            f"h); {type(integrator).__name__} is not. Use DirectAdjoint or CheckpointedAdjoint."
-        )
-    if not isinstance(integrator, (AbstractIntegrator, AdaptiveRungeKutta45)):
+    if not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):
         raise TypeError(f"`integrator` must be an s2jax integrator, got {integrator!r}")
     if not callable(lagrangian):
         raise TypeError("`lagrangian` must be a function L(q, qdot, params) -> scalar")
+    if force is not None and not isinstance(force, AbstractForce):
+        if not callable(force):
+            raise TypeError(f"`force` must be an s2jax force or a function f(t, q, omega, u, params); got {force!r}")
+        force = Force(force)
+    system = LagrangianSystem(lagrangian, force)
+    name = type(integrator).__name__
+    if system.force_depends_on_velocity and not integrator.velocity_dependent_forces:
+        raise ValueError(
+            f"{name} cannot take a force that depends on ω; use VariationalIntegrator, or declare "
+            "a force that ignores ω with s2jax.Force(fn, depends_on_velocity=False)."
+        )
+    if isinstance(adjoint, ReversibleAdjoint):
+        if isinstance(integrator, AbstractAdaptiveIntegrator) or not integrator.is_symmetric:
+            raise ValueError(
+                f"ReversibleAdjoint needs a symmetric integrator (a step with −h undoing a step with "
+                f"h); {name} is not. Use DirectAdjoint or CheckpointedAdjoint."
+            )
+        if system.force_depends_on_velocity:
+            raise ValueError(
+                "ReversibleAdjoint cannot take a force that depends on ω: such a force (damping) "
+                "makes the step irreversible. Use DirectAdjoint or CheckpointedAdjoint."
+            )
     num_steps = _positive_int(num_steps, "num_steps")
     save_every = _positive_int(save_every, "save_every")
     if num_steps % save_every:
@@ -126,42 +231,26 @@ def simulate(
 
     concrete = not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0, dt))
     if concrete:
-        validate_initial_state(q0, omega0)
-        if not bool(dt > 0) or not bool(jnp.isfinite(dt)):
-            raise ValueError(f"dt must be a finite positive number; got {dt}")
+        check_initial_state(q0, omega0, dt)
         if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(params)):
             inertia = check_lagrangian_form(lagrangian, q0, omega0, params)
-            if _requires_diagonal_inertia(integrator):
+            if integrator.requires_diagonal_inertia:
                 off = inertia - np.diag(np.diag(inertia))
                 if np.any(off != 0):
                     i, j = np.argwhere(off != 0)[0]
                     raise ValueError(
-                        f"{type(integrator).__name__} needs a diagonal inertia matrix, but "
-                        f"M[{i}, {j}] = {inertia[i, j]}; use VariationalIntegrator."
+                        f"{name} needs a diagonal inertia matrix, but M[{i}, {j}] = {inertia[i, j]}; "
+                        "use VariationalIntegrator."
                     )
 
-    solution = _integrate(
-        lagrangian, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress
-    )
+    solution = _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress)
     if throw:
-        if concrete and not isinstance(solution.result._value, jax.core.Tracer):
-            _raise_if_failed(solution.result._value, solution.failed_step, dt)
+        codes = solution.result._value
+        if concrete and not isinstance(codes, jax.core.Tracer):
+            _raise_if_failed(codes, solution.failed_step, dt)
         else:
             solution = _error_if_failed(solution, dt)
     return solution
-
-
-def _is_symmetric(integrator) -> bool:
-    if isinstance(integrator, Composition):
-        return _is_symmetric(integrator.integrator)
-    return isinstance(integrator, (VariationalIntegrator, ExplicitVariationalIntegrator))
-
-
-def _requires_diagonal_inertia(integrator) -> bool:
-    base = getattr(integrator, "integrator", None)  # a `Composition` asks its base method
-    if base is not None:
-        return _requires_diagonal_inertia(base)
-    return getattr(integrator, "requires_diagonal_inertia", False)
 
 
 def _positive_int(value, name):
@@ -176,41 +265,34 @@ def _trace_floats(leaf):
     return leaf
 
 
+def _initial_result(system, integrator, q0, omega0, params, dt) -> RESULTS:
+    """The in-graph checks of what `simulate` checks eagerly when it can: the first result code."""
+    result = RESULTS.where(initial_state_is_valid(q0, omega0, dt), RESULTS.successful, RESULTS.invalid_initial_state)
+    if integrator.requires_diagonal_inertia:
+        inertia = lax.stop_gradient(system.prepare(q0, params).inertia)
+        diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
+        result = RESULTS.where(diagonal | (result != RESULTS.successful), result, RESULTS.inertia_not_diagonal)
+    return result
+
+
 @eqx.filter_jit
-def _integrate(lagrangian, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress):
-    system = LagrangianSystem(lagrangian)
+def _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress):
     num_saves = num_steps // save_every
     t = dt * save_every * jnp.arange(num_saves + 1, dtype=dt.dtype)
-    valid = (
-        jnp.all(jnp.abs(jnp.linalg.norm(q0, axis=-1) - 1) <= INITIAL_STATE_TOLERANCE)
-        & jnp.all(jnp.abs(jnp.sum(q0 * omega0, axis=-1)) <= INITIAL_STATE_TOLERANCE)
-        & jnp.all(jnp.isfinite(q0))
-        & jnp.all(jnp.isfinite(omega0))
-        & (dt > 0)
-    )
-    result0 = RESULTS.where(valid, RESULTS.successful, RESULTS.invalid_initial_state)
+    result0 = _initial_result(system, integrator, q0, omega0, params, dt)
 
-    if isinstance(integrator, AdaptiveRungeKutta45):
-        q, omega, result, _ = integrator.solve(system, q0, omega0, params, t)
-        result = RESULTS.where(valid, result, RESULTS.invalid_initial_state)
-        failed = jnp.where(result == RESULTS.successful, _NO_FAILURE, 0)
+    if isinstance(integrator, AbstractAdaptiveIntegrator):
+        (q, omega), result, failed_save, _ = integrator.solve(system, t, (q0, omega0), system.prepare(q0, params))
+        result = RESULTS.where(result0 == RESULTS.successful, result, result0)
+        failed = jnp.where(result0 == RESULTS.successful, jnp.maximum(failed_save - 1, NO_FAILURE), 0)
         return Solution(t, q, omega, result, failed)
 
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
-
-    def init(q, omega, dynamic, dt):
-        return integrator.init(system, q, omega, eqx.combine(dynamic, static), dt)
-
-    def step(q, omega, state, dynamic, dt):
-        return integrator.step(system, q, omega, eqx.combine(dynamic, static), dt, state)
-
-    on_save = None if not progress else _progress_hook(num_saves, save_every)
-    qs, omegas, result, failed_step = adjoint.loop(
-        init, step, (q0, omega0, dynamic, dt), result0, num_saves, save_every, on_save
-    )
+    loop = Loop(integrator, system, static, num_saves, save_every, progress)
+    final, (qs, omegas) = adjoint.loop(loop, LoopInputs((q0, omega0), dynamic, dt), result0)
     q = jnp.concatenate([q0[None], qs])
     omega = jnp.concatenate([omega0[None], omegas])
-    return Solution(t, q, omega, result, failed_step)
+    return Solution(t, q, omega, final.result, final.failed_step)
 
 
 def _progress_hook(num_saves: int, save_every: int):

@@ -1,34 +1,64 @@
-"""Checks of an initial state, with messages that name the body."""
+"""Checks of an initial state, written once: raised eagerly, or a result code when traced.
 
+Each rule is a predicate on (q0, ω0, dt) that works on concrete and traced arrays alike.
+`check_initial_state` evaluates them on concrete values and raises a `ValueError` naming the
+first offending body; `initial_state_is_valid` evaluates the same predicates inside a
+computation, where nothing can be raised before it runs, for `RESULTS.invalid_initial_state`.
+"""
+
+from collections.abc import Callable
+
+import jax.numpy as jnp
 import numpy as np
+
+from ._custom_types import Array, ArrayLike, Bool, Float
 
 INITIAL_STATE_TOLERANCE = 1e-12
 """|q_i| may differ from 1, and q_i·ω_i from 0, by at most this much."""
 
 
-def validate_initial_state(q, omega) -> None:
-    """Raise `ValueError` unless (q, ω) is a finite point of T(S²)ⁿ to within 1e-12."""
-    q = np.asarray(q)
-    omega = np.asarray(omega)
-    for name, x in (("q0", q), ("omega0", omega)):
-        bad = ~np.all(np.isfinite(x), axis=-1)
+def _rules(q, omega, dt) -> list[tuple[Bool[Array, "..."], Callable[[int], str]]]:
+    """`(bad, message)` per rule: `bad` flags the offending bodies (a scalar for dt)."""
+    length_error = jnp.abs(jnp.linalg.norm(q, axis=-1) - 1.0)
+    tangency_error = jnp.abs(jnp.sum(q * omega, axis=-1))
+    return [
+        (~jnp.all(jnp.isfinite(q), axis=-1), lambda i: f"q0 of body {i} is not finite: {np.asarray(q[i])}"),
+        (~jnp.all(jnp.isfinite(omega), axis=-1), lambda i: f"omega0 of body {i} is not finite: {np.asarray(omega[i])}"),
+        (
+            length_error > INITIAL_STATE_TOLERANCE,
+            lambda i: (
+                f"q0 of body {i} is not a unit vector: |q_{i}| − 1 = {float(jnp.linalg.norm(q[i])) - 1.0:.3e} "
+                f"(tolerance {INITIAL_STATE_TOLERANCE:g}). s2jax never renormalises silently; normalise "
+                "it yourself if that is what you mean."
+            ),
+        ),
+        (
+            tangency_error > INITIAL_STATE_TOLERANCE,
+            lambda i: (
+                f"omega0 of body {i} is not tangent to the sphere at q0: q_{i}·ω_{i} = "
+                f"{float(jnp.dot(q[i], omega[i])):.3e} (tolerance {INITIAL_STATE_TOLERANCE:g}). The equations "
+                "of motion (2.9)–(2.11) of Lee–Leok–McClamroch 2009 assume ω_i ⊥ q_i; use "
+                "s2jax.project_tangent(q0, omega0) to remove the normal component."
+            ),
+        ),
+        (~((dt > 0) & jnp.isfinite(dt)), lambda i: f"dt must be a finite positive number; got {dt}"),
+    ]
+
+
+def check_initial_state(
+    q0: Float[ArrayLike, "n 3"], omega0: Float[ArrayLike, "n 3"], dt: Float[ArrayLike, ""] = 1.0
+) -> None:
+    """Raise `ValueError` unless (q0, ω0) is a finite point of T(S²)ⁿ to within 1e-12 and dt > 0.
+
+    The message names the first offending body. Values must be concrete (not traced).
+    """
+    q0, omega0, dt = jnp.asarray(q0), jnp.asarray(omega0), jnp.asarray(dt)
+    for bad, message in _rules(q0, omega0, dt):
+        bad = np.atleast_1d(np.asarray(bad))
         if np.any(bad):
-            i = int(np.argmax(bad))
-            raise ValueError(f"{name} of body {i} is not finite: {x[i]}")
-    length_error = np.abs(np.linalg.norm(q, axis=-1) - 1.0)
-    if np.any(length_error > INITIAL_STATE_TOLERANCE):
-        i = int(np.argmax(length_error))
-        raise ValueError(
-            f"q0 of body {i} is not a unit vector: |q_{i}| − 1 = "
-            f"{np.linalg.norm(q[i]) - 1.0:.3e} (tolerance {INITIAL_STATE_TOLERANCE:g}). "
-            "s2jax never renormalises silently; normalise it yourself if that is what you mean."
-        )
-    tangency_error = np.abs(np.sum(q * omega, axis=-1))
-    if np.any(tangency_error > INITIAL_STATE_TOLERANCE):
-        i = int(np.argmax(tangency_error))
-        raise ValueError(
-            f"omega0 of body {i} is not tangent to the sphere at q0: q_{i}·ω_{i} = "
-            f"{np.dot(q[i], omega[i]):.3e} (tolerance {INITIAL_STATE_TOLERANCE:g}). The equations "
-            "of motion (2.9)–(2.11) of Lee–Leok–McClamroch 2009 assume ω_i ⊥ q_i; use "
-            "s2jax.project_tangent(q0, omega0) to remove the normal component."
-        )
+            raise ValueError(message(int(np.argmax(bad))))
+
+
+def initial_state_is_valid(q0, omega0, dt) -> Bool[Array, ""]:
+    """The predicates of `check_initial_state` inside a computation: True if none is broken."""
+    return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in _rules(q0, omega0, dt)]))

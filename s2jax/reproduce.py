@@ -28,7 +28,7 @@ from ._integrators import (
     VariationalIntegrator,
 )
 from ._simulate import simulate
-from ._validation import validate_initial_state
+from ._validation import check_initial_state
 from .models import (
     coupled_spherical_pendula,
     double_spherical_pendulum,
@@ -259,7 +259,7 @@ def compile_simulation(
 
     **Returns:** `(run, compile_seconds)`; `run()` returns a `Solution`.
     """
-    validate_initial_state(q0, omega0)
+    check_initial_state(q0, omega0)
     options = dict(dt=dt, num_steps=num_steps, integrator=integrator, save_every=save_every)
     if progress and "progress" in inspect.signature(simulate).parameters:
         options["progress"] = True

@@ -97,14 +97,15 @@ def run_steps(integrator, lagrangian, q0, omega0, params, dt, num_steps):
 
     @jax.jit
     def go(q0, omega0, params, dt):
-        state0 = integrator.init(system, q0, omega0, params, dt)
+        args = system.prepare(q0, params)
+        state0 = integrator.init(system, 0.0, (q0, omega0), args)
 
-        def body(carry, _):
-            q, omega, state = carry
-            q, omega, state, result = integrator.step(system, q, omega, params, dt, state)
-            return (q, omega, state), (q, omega, state.velocity, result._value)
+        def body(carry, k):
+            y, state = carry
+            y, state, result = integrator.step(system, k * dt, dt, y, args, state)
+            return (y, state), (*y, state.velocity, result._value)
 
-        return lax.scan(body, (q0, omega0, state0), length=num_steps)[1]
+        return lax.scan(body, ((q0, omega0), state0), jnp.arange(num_steps, dtype=dt.dtype))[1]
 
     params = jax.tree_util.tree_map(jnp.asarray, params)
     return go(jnp.asarray(q0), jnp.asarray(omega0), params, jnp.asarray(dt))

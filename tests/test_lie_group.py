@@ -176,11 +176,12 @@ def test_gradient_through_a_step_from_rest():
     dt = jnp.asarray(0.1)
     weights = jax.random.normal(jax.random.PRNGKey(9), (2, 1, 3))
     integrator = LieEuler()
-    state = integrator.init(system, q0, jnp.zeros_like(q0), params, dt)
+    args = system.prepare(q0, params)
+    state = integrator.init(system, 0.0, (q0, jnp.zeros_like(q0)), args)
 
     @jax.jit
     def loss(omega0):
-        q1, omega1, _, _ = integrator.step(system, q0, omega0, params, dt, state)
+        (q1, omega1), _, _ = integrator.step(system, 0.0, dt, (q0, omega0), args, state)
         return jnp.sum(weights[0] * q1) + jnp.sum(weights[1] * omega1)
 
     omega0 = jnp.zeros((1, 3))
@@ -208,11 +209,9 @@ def test_se3_vector_field_reproduces_the_equations_of_motion(model):
     @jax.vmap
     def fields(key):
         q, omega = s2.random_state(key, n, scale=2.0)
-        inertia = system.inertia(q, params)
-        qdot, omegadot = system.vector_field(q, omega, params, inertia)
-        generated = infinitesimal_generator(
-            se3_vector_field(system, q, omega, params, inertia), q, omega
-        )
+        args = system.prepare(q, params)
+        qdot, omegadot = system.vector_field(0.0, q, omega, args)
+        generated = infinitesimal_generator(se3_vector_field(system, 0.0, q, omega, args), q, omega)
         return q, omega, qdot, omegadot, generated
 
     q, omega, qdot, omegadot, generated = fields(jax.random.split(jax.random.PRNGKey(20), 4))

@@ -19,7 +19,7 @@ def test_block_solve_on_the_operator_of_2_11(n):
     root = jax.random.normal(key_m, (n, n))
     inertia = root @ root.T + n * jnp.eye(n)
     system = s2.LagrangianSystem(lambda q, qdot, p: 0.0)
-    blocks = system.angular_velocity_operator(q, inertia)
+    blocks = system.angular_velocity_operator(q, s2.SystemArgs(None, inertia=inertia))
     rhs = jax.random.normal(key_b, (n, 3))
     x = block_solve(blocks, rhs)
     dense = np.transpose(np.asarray(blocks), (0, 2, 1, 3)).reshape(3 * n, 3 * n)
@@ -32,6 +32,6 @@ def test_cayley_rotation_is_exact():
     rotated = s2.cayley_rotate(f, q)
     np.testing.assert_allclose(jnp.linalg.norm(rotated, axis=-1), 1.0, rtol=0, atol=4e-16)
     # Against the matrix form of 002 §3.3, F = (I + f̂)(I − f̂)⁻¹.
-    eye = jnp.eye(3)
+    eye = jnp.eye(3)[None]
     matrices = (eye + s2.hat(f)) @ jnp.linalg.inv(eye - s2.hat(f))
     np.testing.assert_allclose(rotated, jnp.einsum("nab,nb->na", matrices, q), atol=1e-13)

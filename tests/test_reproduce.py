@@ -7,7 +7,6 @@ import pytest
 
 import s2jax as s2
 from s2jax import __main__ as cli, reproduce
-from s2jax._validation import validate_initial_state
 
 # To keep the suite short, the end-to-end run covers Examples 1 (implicit VI, RK45), 3 (explicit
 # VI, RK2, RK2 + projection) and 6 (Fig. 3.7): every integrator and figure kind. Examples 2, 4
@@ -69,7 +68,7 @@ def test_variational_integrator_beats_baselines_on_unit_length(reproduced):
 def test_examples_table_is_consistent(number):
     example = reproduce.EXAMPLES[number]
     q0, omega0 = example.model.paper_state()
-    validate_initial_state(q0, omega0)
+    s2.check_initial_state(q0, omega0)
     labels = [run.label for run in example.runs]
     assert len(set(labels)) == len(labels) and set(example.paper) <= set(labels)
     for run in example.runs:

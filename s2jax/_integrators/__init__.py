@@ -1,5 +1,5 @@
 from .adaptive import AdaptiveRungeKutta45 as AdaptiveRungeKutta45
-from .base import AbstractIntegrator as AbstractIntegrator
+from .base import AbstractAdaptiveIntegrator as AbstractAdaptiveIntegrator, AbstractIntegrator as AbstractIntegrator
 from .composition import Composition as Composition
 from .constrained import Rattle as Rattle, StormerVerlet as StormerVerlet
 from .hamel import DiscreteHamelIntegrator as DiscreteHamelIntegrator
@@ -11,6 +11,7 @@ from .lie_group import (
     LieEulerHeun as LieEulerHeun,
 )
 from .runge_kutta import (
+    AbstractRungeKutta as AbstractRungeKutta,
     RungeKutta2 as RungeKutta2,
     RungeKutta2WithReprojection as RungeKutta2WithReprojection,
     RungeKutta4 as RungeKutta4,

@@ -5,15 +5,14 @@ method' (MATLAB's ode45). That method has no fixed step, so `simulate` calls `so
 the whole horizon and reads the solution at the save times from its dense output.
 """
 
+from typing import ClassVar
+
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._custom_types import Array, Float
 from .._results import RESULTS
-from .._system import LagrangianSystem
-from .base import check_finite
+from .base import AbstractAdaptiveIntegrator, check_finite
 
 
 def _max_norm(tree):
@@ -21,32 +20,30 @@ def _max_norm(tree):
     return jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(tree)]))
 
 
-class AdaptiveRungeKutta45(eqx.Module):
+class AdaptiveRungeKutta45(AbstractAdaptiveIntegrator):
     """Dormand–Prince 4(5) with step-size control on (2.9)–(2.11); no projection.
 
     The error estimate is tested componentwise in the max norm, as MATLAB's `ode45` does
     (diffrax's default RMS norm is looser). The defaults rtol = 1e-3, atol = 1e-6 are
     `ode45`'s; 002 states no tolerance, and its RK45 figures for Example 1 are matched by
     rtol = 3e-5, atol = 3e-8 (see `python -m s2jax double-pendulum`).
+
+    If the solve stops early (too many steps, a step size underflow, a non-finite state), the
+    save times it did not reach repeat the last state it reached, as a failed fixed step does.
     """
 
     rtol: float = 1e-3
     atol: float = 1e-6
     max_steps: int = 1_000_000
 
-    def solve(
-        self,
-        system: LagrangianSystem,
-        q0: Float[Array, "n 3"],
-        omega0: Float[Array, "n 3"],
-        params,
-        ts: Float[Array, " S"],
-    ):
-        """Integrate from ts[0] to ts[-1]; return (q, ω) at ts, a `RESULTS` code, the step count."""
-        inertia = system.inertia(q0, params)
+    order: ClassVar[int] = 5
+    is_symmetric: ClassVar[bool] = False
+    requires_diagonal_inertia: ClassVar[bool] = False
+    velocity_dependent_forces: ClassVar[bool] = True
 
-        def vector_field(t, y, args):
-            return system.vector_field(*y, params, inertia)
+    def solve(self, system, ts, y0, args):
+        def vector_field(t, y, _):
+            return system.vector_field(t, *y, args)
 
         solution = diffrax.diffeqsolve(
             diffrax.ODETerm(vector_field),
@@ -54,13 +51,20 @@ class AdaptiveRungeKutta45(eqx.Module):
             t0=ts[0],
             t1=ts[-1],
             dt0=None,
-            y0=(q0, omega0),
+            y0=y0,
             saveat=diffrax.SaveAt(ts=ts),
             stepsize_controller=diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=_max_norm),
             max_steps=self.max_steps,
             throw=False,
         )
         q, omega = solution.ys
+        # diffrax fills the save times after a failure with inf; so does a state that blew up.
+        reached = jnp.all(jnp.isfinite(q), axis=(1, 2)) & jnp.all(jnp.isfinite(omega), axis=(1, 2))
+        last = jnp.cumsum(reached) - 1  # index of the last save reached, up to each save time
+        failed_save = jnp.where(jnp.all(reached), -1, jnp.argmin(reached))
+        q, omega = q[jnp.maximum(last, 0)], omega[jnp.maximum(last, 0)]
         ok = solution.result == diffrax.RESULTS.successful
         result = RESULTS.where(ok, RESULTS.successful, RESULTS.adaptive_solver_failed)
-        return q, omega, check_finite(result, q, omega), solution.stats["num_steps"]
+        result = check_finite(result, q, omega)
+        result = RESULTS.where(jnp.all(reached), result, RESULTS.adaptive_solver_failed)
+        return (q, omega), result, failed_save, solution.stats["num_steps"]

@@ -1,4 +1,4 @@
-"""The interface every s2jax integrator implements; `simulate` owns the loop."""
+"""The interfaces every s2jax integrator implements; `simulate` owns the loop."""
 
 import abc
 from typing import Any
@@ -6,44 +6,77 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._custom_types import Array, Float, Params
+from .._custom_types import Array, Float, Int
 from .._results import RESULTS
-from .._system import LagrangianSystem
+from .._system import AbstractSystem, SystemArgs
 
 IntegratorState = Any
+State = tuple[Float[Array, "n 3"], Float[Array, "n 3"]]
+"""y = (q, ω) ∈ T(S²)ⁿ, the state every integrator advances. What else a method carries
+from step to step (RATTLE's velocity in ℝ³, a cached force, Newton's starting point) is in its
+own integrator state."""
 
 
 class AbstractIntegrator(eqx.Module):
     """A one-step method on T(S²)ⁿ in the (q, ω) variables of 002 (2.9)–(2.10).
 
-    `init` computes what the steps share (the inertia matrix M, a cached force); `step` maps
-    (q_k, ω_k) to (q_{k+1}, ω_{k+1}) and returns a `RESULTS` code. Steps never renormalise q.
+    `init` computes what the steps share; `step` maps y_k = (q_k, ω_k) at t_k to y_{k+1} at
+    t_k + h and returns a `RESULTS` code. Steps never renormalise q.
+
+    Declared capabilities (class attributes, or properties of wrappers such as `Composition`):
+
+    - `order`: the order of the global error.
+    - `is_symmetric`: a step with −h undoes a step with h (to the solver tolerance), which
+      `ReversibleAdjoint` needs.
+    - `requires_diagonal_inertia`: the method needs M_ij = 0 for i ≠ j.
+    - `velocity_dependent_forces`: the method takes generalized forces that depend on ω.
     """
 
-    requires_diagonal_inertia: eqx.AbstractClassVar[bool]
+    order: eqx.AbstractVar[int]
+    is_symmetric: eqx.AbstractVar[bool]
+    requires_diagonal_inertia: eqx.AbstractVar[bool]
+    velocity_dependent_forces: eqx.AbstractVar[bool]
 
     @abc.abstractmethod
-    def init(
-        self,
-        system: LagrangianSystem,
-        q: Float[Array, "n 3"],
-        omega: Float[Array, "n 3"],
-        params: Params,
-        dt: Float[Array, ""],
-    ) -> IntegratorState:
+    def init(self, system: AbstractSystem, t0: Float[Array, ""], y0: State, args: SystemArgs) -> IntegratorState:
         """The integrator's state before the first step."""
 
     @abc.abstractmethod
     def step(
         self,
-        system: LagrangianSystem,
-        q: Float[Array, "n 3"],
-        omega: Float[Array, "n 3"],
-        params: Params,
+        system: AbstractSystem,
+        t0: Float[Array, ""],
         dt: Float[Array, ""],
+        y: State,
+        args: SystemArgs,
         state: IntegratorState,
-    ) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"], IntegratorState, RESULTS]:
-        """One step of size dt: `(q_next, omega_next, state_next, result)`."""
+    ) -> tuple[State, IntegratorState, RESULTS]:
+        """One step from t0 to t0 + dt (dt < 0 steps backwards): `(y_next, state_next, result)`.
+
+        h is passed as `dt` rather than as t1 − t0, which differs from h in the last bits, so
+        a fixed-step run does the same arithmetic at every t.
+        """
+
+
+class AbstractAdaptiveIntegrator(eqx.Module):
+    """A method with its own step-size control, run once over the whole output grid.
+
+    Such a method has no fixed step to put in `simulate`'s loop: `solve` integrates from ts[0]
+    to ts[-1] and reads the solution at `ts` from its dense output. It declares the same
+    capabilities as `AbstractIntegrator`.
+    """
+
+    order: eqx.AbstractVar[int]
+    is_symmetric: eqx.AbstractVar[bool]
+    requires_diagonal_inertia: eqx.AbstractVar[bool]
+    velocity_dependent_forces: eqx.AbstractVar[bool]
+
+    @abc.abstractmethod
+    def solve(
+        self, system: AbstractSystem, ts: Float[Array, " S"], y0: State, args: SystemArgs
+    ) -> tuple[State, RESULTS, Int[Array, ""], Int[Array, ""]]:
+        """`(ys at ts, result, failed_save, num_steps)`: `failed_save` is the index of the first
+        save time not reached (−1 if all were), the states from there on repeat the last good one."""
 
 
 def check_finite(result: RESULTS, *arrays: Array) -> RESULTS:

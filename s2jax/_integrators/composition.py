@@ -1,7 +1,5 @@
 """Higher order by symmetric composition (002 §3.4): Yoshida's triple jump."""
 
-from typing import ClassVar
-
 from .._results import RESULTS
 from .base import AbstractIntegrator
 
@@ -38,18 +36,35 @@ class Composition(AbstractIntegrator):
     integrator: AbstractIntegrator
     order: int = 4
 
-    requires_diagonal_inertia: ClassVar[bool] = False  # `simulate` asks `integrator`
-
     def __check_init__(self):
         if self.order not in (4, 6):
             raise ValueError(f"Composition supports order 4 or 6, got {self.order}")
+        if not (self.integrator.is_symmetric and self.integrator.order == 2):
+            raise ValueError(
+                "Composition raises the order of a symmetric second-order method; "
+                f"{type(self.integrator).__name__} is not one"
+            )
 
-    def init(self, system, q, omega, params, dt):
-        return self.integrator.init(system, q, omega, params, dt)
+    @property
+    def is_symmetric(self) -> bool:
+        return True  # the triple jump is palindromic and its base method symmetric
 
-    def step(self, system, q, omega, params, dt, state):
+    @property
+    def requires_diagonal_inertia(self) -> bool:
+        return self.integrator.requires_diagonal_inertia
+
+    @property
+    def velocity_dependent_forces(self) -> bool:
+        return self.integrator.velocity_dependent_forces
+
+    def init(self, system, t0, y0, args):
+        return self.integrator.init(system, t0, y0, args)
+
+    def step(self, system, t0, dt, y, args, state):
         result = RESULTS.successful
+        t = t0
         for weight in triple_jump_weights(self.order):
-            q, omega, state, sub_result = self.integrator.step(system, q, omega, params, weight * dt, state)
+            y, state, sub_result = self.integrator.step(system, t, weight * dt, y, args, state)
+            t = t + weight * dt
             result = RESULTS.where(result == RESULTS.successful, sub_result, result)
-        return q, omega, state, result
+        return y, state, result

@@ -57,15 +57,13 @@ from .base import AbstractIntegrator, check_finite
 
 
 class EmbeddedState(eqx.Module):
-    inertia: Float[Array, "n n"]
     velocity: Float[Array, "n 3"]  # v_k = q̇_k in ℝ³
-    force: Float[Array, "n 3"]  # F(q_k) = −∂V/∂q at the current configuration
+    potential_force: Float[Array, "n 3"]  # −∂V/∂q at the current configuration
 
 
-def _init(system, q, omega, params):
-    return EmbeddedState(
-        system.inertia(q, params), jnp.cross(omega, q), -system.potential_gradient(q, params)
-    )
+def _init(system, y0, args):
+    q, omega = y0
+    return EmbeddedState(jnp.cross(omega, q), -system.potential_gradient(q, args))
 
 
 def _angular_velocity(x, v):
@@ -73,17 +71,31 @@ def _angular_velocity(x, v):
     return jnp.cross(x, v) / dot(x, x)[:, None]
 
 
-def _finish(inertia, x, v, force, slack):
-    """The new (q, ω, state, result): `slack` ≥ 0 where the step's quadratics have real roots."""
+def _finish(x, v, potential_force, slack):
+    """The new (y, state, result): `slack` ≥ 0 where the step's quadratics have real roots."""
     omega = _angular_velocity(x, v)
-    diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
     result = RESULTS.where(jnp.all(slack >= 0), RESULTS.successful, RESULTS.step_too_large)
     result = check_finite(result, x, omega, v)
-    result = RESULTS.where(diagonal, result, RESULTS.inertia_not_diagonal)
-    return x, omega, EmbeddedState(inertia, v, force), result
+    return (x, omega), EmbeddedState(v, potential_force), result
 
 
-class StormerVerlet(AbstractIntegrator):
+class _AbstractEmbedded(AbstractIntegrator):
+    """A method on the embedded equations (25)–(26), with v in its state (see the module docstring).
+
+    A non-conservative force f enters F = −∂V/∂q + f; it is evaluated at (t_n, x_n) and
+    (t_{n+1}, x_{n+1}) with ω from the velocity in the state, so it may not depend on ω.
+    """
+
+    order: ClassVar[int] = 2
+    is_symmetric: ClassVar[bool] = True
+    requires_diagonal_inertia: ClassVar[bool] = True
+    velocity_dependent_forces: ClassVar[bool] = False
+
+    def init(self, system, t0, y0, args):
+        return _init(system, y0, args)
+
+
+class StormerVerlet(_AbstractEmbedded):
     """The generalised Störmer–Verlet method (Hairer–Lubich–Wanner (3.4)) on 004's (25)–(26).
 
     With f the index-reduced force of the module docstring, m = M_ii and G = F − (x·F) x,
@@ -117,15 +129,11 @@ class StormerVerlet(AbstractIntegrator):
     Use `Rattle` unless the constraint force is known to be a tension throughout.
     """
 
-    requires_diagonal_inertia: ClassVar[bool] = True
-
-    def init(self, system, q, omega, params, dt):
-        return _init(system, q, omega, params)
-
-    def step(self, system, q, omega, params, dt, state):
-        del omega  # carried exactly as `state.velocity`, see the module docstring
-        inertia, x, v, force = state.inertia, q, state.velocity, state.force
-        mass = jnp.diag(inertia)[:, None]
+    def step(self, system, t0, dt, y, args, state):
+        x, omega = y  # v is carried exactly as `state.velocity`, see the module docstring
+        v = state.velocity
+        mass = jnp.diag(system.inertia(x, args))[:, None]
+        force = system.generalized_force(t0, x, omega, args, state.potential_force)
         xx = dot(x, x)[:, None]
         tangential = force - dot(x, force)[:, None] * x
         c = v + 0.5 * dt / mass * tangential
@@ -135,16 +143,17 @@ class StormerVerlet(AbstractIntegrator):
         speed2 = 2.0 * cc / (beta + jnp.sqrt(jnp.maximum(discriminant, 0.0)))
         v_half = c - 0.5 * dt * speed2 * x
         x_next = x + dt * v_half
-        force_next = -system.potential_gradient(x_next, params)
+        potential_next = -system.potential_gradient(x_next, args)
+        force_next = system.generalized_force(t0 + dt, x_next, omega, args, potential_next)
         tangential_next = force_next - dot(x_next, force_next)[:, None] * x_next
         v_next = v_half + 0.5 * dt / mass * (
             tangential_next - mass * dot(v_half, v_half)[:, None] * x_next
         )
         slack = jnp.minimum(discriminant, beta)
-        return _finish(inertia, x_next, v_next, force_next, slack)
+        return _finish(x_next, v_next, potential_next, slack)
 
 
-class Rattle(AbstractIntegrator):
+class Rattle(_AbstractEmbedded):
     """RATTLE (Hairer–Lubich–Wanner (1.26), 004 §VI) with the constraints |q_i|² = 1.
 
     With m = M_ii, body by body,
@@ -167,15 +176,11 @@ class Rattle(AbstractIntegrator):
     bounded, as for `StormerVerlet` (the same map up to round-off, see the module docstring).
     """
 
-    requires_diagonal_inertia: ClassVar[bool] = True
-
-    def init(self, system, q, omega, params, dt):
-        return _init(system, q, omega, params)
-
-    def step(self, system, q, omega, params, dt, state):
-        del omega  # carried as `state.velocity`, see the module docstring
-        inertia, x, v, force = state.inertia, q, state.velocity, state.force
-        mass = jnp.diag(inertia)[:, None]
+    def step(self, system, t0, dt, y, args, state):
+        x, omega = y  # v is carried as `state.velocity`, see the module docstring
+        v = state.velocity
+        mass = jnp.diag(system.inertia(x, args))[:, None]
+        force = system.generalized_force(t0, x, omega, args, state.potential_force)
         xx = dot(x, x)[:, None]
         d = dt * v + 0.5 * dt**2 / mass * force
         cx = xx + dot(x, d)[:, None]
@@ -184,8 +189,9 @@ class Rattle(AbstractIntegrator):
         y = gamma / (cx + jnp.sqrt(jnp.maximum(discriminant, 0.0)))
         x_next = x + d - y * x
         v_half = v + 0.5 * dt / mass * force - y / dt * x
-        force_next = -system.potential_gradient(x_next, params)
+        potential_next = -system.potential_gradient(x_next, args)
+        force_next = system.generalized_force(t0 + dt, x_next, omega, args, potential_next)
         u = v_half + 0.5 * dt / mass * force_next
         v_next = u - (dot(x_next, u) / dot(x_next, x_next))[:, None] * x_next
         slack = jnp.minimum(discriminant, cx)
-        return _finish(inertia, x_next, v_next, force_next, slack)
+        return _finish(x_next, v_next, potential_next, slack)

@@ -94,7 +94,6 @@ from .base import AbstractIntegrator, check_finite
 
 
 class HamelState(eqx.Module):
-    inertia: Float[Array, "n n"]
     torque: Float[Array, "n 3"]  # q̄ × F(q̄) of the previous step (q × F(q) before the first)
 
 
@@ -115,6 +114,9 @@ class DiscreteHamelIntegrator(AbstractIntegrator):
        so |q_i| holds to round-off even before Newton has converged;
     2. q_{k+1} = cay(h ω̄ / 2) q_k (21) and ω_{i,k+1} = ω_{i,k} + h/M_ii q̄_i × F_i(q̄) (20).
 
+    F = −∂V/∂q + f; a non-conservative force f is evaluated at the midpoint (t_k + h/2, q̄, ω̄),
+    so a force that depends on ω is solved for with ω̄.
+
     |q_i|, q_i·ω_i, the momentum maps of the symmetries of V and, for V linear in q, the
     energy are kept to round-off; the method is symmetric and of order 2.
 
@@ -128,20 +130,24 @@ class DiscreteHamelIntegrator(AbstractIntegrator):
     atol: float = 1e-12
     max_steps: int = 20
 
+    order: ClassVar[int] = 2
+    is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = True
+    velocity_dependent_forces: ClassVar[bool] = True
 
-    def init(self, system, q, omega, params, dt):
-        force = -system.potential_gradient(q, params)
-        return HamelState(system.inertia(q, params), jnp.cross(q, force))
+    def init(self, system, t0, y0, args):
+        q, omega = y0
+        return HamelState(jnp.cross(q, system.generalized_force(t0, q, omega, args)))
 
-    def step(self, system, q, omega, params, dt, state):
-        inertia = state.inertia
-        mass = jnp.diag(inertia)[:, None]
+    def step(self, system, t0, dt, y, args, state):
+        q, omega = y
+        mass = jnp.diag(system.inertia(q, args))[:, None]
+        t_mean = t0 + 0.5 * dt
 
         def rotate(mean_omega):
             q_next = cayley_rotate(0.5 * dt * mean_omega, q)
             q_mean = 0.5 * (q + q_next)
-            return q_next, jnp.cross(q_mean, -system.potential_gradient(q_mean, params))
+            return q_next, jnp.cross(q_mean, system.generalized_force(t_mean, q_mean, mean_omega, args))
 
         def residual(mean_omega):
             _, torque = rotate(mean_omega)
@@ -155,8 +161,6 @@ class DiscreteHamelIntegrator(AbstractIntegrator):
         # (20) as written, rather than 2ω̄ − ω_k: the two agree once Newton has converged,
         # and this one makes q̄·(ω_{k+1} − ω_k) = 0 hold to round-off.
         omega_next = omega + dt / mass * torque
-        diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
         result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
         result = check_finite(result, q_next, omega_next)
-        result = RESULTS.where(diagonal, result, RESULTS.inertia_not_diagonal)
-        return q_next, omega_next, HamelState(inertia, torque), result
+        return (q_next, omega_next), HamelState(torque), result

@@ -146,13 +146,13 @@ def dexpinv(theta: Algebra, xi: Algebra, truncation: int) -> Algebra:
     return result
 
 
-def se3_vector_field(system, q, omega, params, inertia) -> Algebra:
-    """ξ(q, ω) = (ω_i, q_i × h_i)_i, h_i = ω̇_i: the f of 003 §"The equations of motion".
+def se3_vector_field(system, t, q, omega, args) -> Algebra:
+    """ξ(t, q, ω) = (ω_i, q_i × h_i)_i, h_i = ω̇_i: the f of 003 §"The equations of motion".
 
-    `Ψ_*(ξ(q, ω))|_(q, ω)` equals `system.vector_field(q, omega, params, inertia)` on (TS²)ⁿ
+    `Ψ_*(ξ(t, q, ω))|_(q, ω)` equals `system.vector_field(t, q, omega, args)` on (TS²)ⁿ
     (see the module docstring for why h_i = ω̇_i is tangent, so (q_i × h_i) × q_i = h_i).
     """
-    h = system.angular_acceleration(q, omega, params, inertia)
+    h = system.angular_acceleration(t, q, omega, args)
     return omega, jnp.cross(q, h)
 
 
@@ -166,42 +166,47 @@ def _combine(dt, weights, elements) -> Algebra | None:
     return u, v
 
 
-def _rkmk_step(field, q, omega, dt, a, b, truncation):
+def _rkmk_step(field, t0, q, omega, dt, a, b, truncation):
     """One Runge–Kutta–Munthe-Kaas step with Butcher tableau (a, b) (Iserles et al. 2000, §8).
 
-    θ_i = h Σ_j a_ij k_j, k_i = dexp⁻¹_{θ_i}(ξ(Ψ(exp θ_i, y₀))), y₁ = Ψ(exp(h Σ_i b_i k_i), y₀).
+    θ_i = h Σ_j a_ij k_j, k_i = dexp⁻¹_{θ_i}(ξ(t₀ + c_i h, Ψ(exp θ_i, y₀))), c_i = Σ_j a_ij,
+    y₁ = Ψ(exp(h Σ_i b_i k_i), y₀).
     """
     stages = []
     for row in a:
         theta = _combine(dt, row, stages)
+        t = t0 + sum(row) * dt
         if theta is None:
-            stages.append(field(q, omega))
+            stages.append(field(t, q, omega))
         else:
-            stages.append(dexpinv(theta, field(*exp_action(theta, q, omega)), truncation))
+            stages.append(dexpinv(theta, field(t, *exp_action(theta, q, omega)), truncation))
     return exp_action(_combine(dt, b, stages), q, omega)
 
 
-class LieGroupState(eqx.Module):
-    inertia: Float[Array, "n n"]
+class _AbstractLieGroupMethod(AbstractIntegrator):
+    """An explicit Lie group method: no state between steps; forces through ξ."""
+
+    is_symmetric: ClassVar[bool] = False
+    requires_diagonal_inertia: ClassVar[bool] = False
+    velocity_dependent_forces: ClassVar[bool] = True
+
+    def init(self, system, t0, y0, args):
+        return None
 
 
-class _AbstractRKMK(AbstractIntegrator):
+class _AbstractRKMK(_AbstractLieGroupMethod):
     """An RKMK method given by a Butcher tableau and a dexp⁻¹ truncation."""
 
-    requires_diagonal_inertia: ClassVar[bool] = False
     tableau: eqx.AbstractClassVar[tuple]
     truncation: eqx.AbstractClassVar[int]
 
-    def init(self, system, q, omega, params, dt):
-        return LieGroupState(system.inertia(q, params))
-
-    def step(self, system, q, omega, params, dt, state):
-        def field(x, w):
-            return se3_vector_field(system, x, w, params, state.inertia)
+    def step(self, system, t0, dt, y, args, state):
+        def field(t, x, w):
+            return se3_vector_field(system, t, x, w, args)
 
         a, b = self.tableau
-        q1, w1 = _rkmk_step(field, q, omega, dt, a, b, self.truncation)
-        return q1, w1, state, check_finite(RESULTS.successful, q1, w1)
+        q1, w1 = _rkmk_step(field, t0, *y, dt, a, b, self.truncation)
+        return (q1, w1), state, check_finite(RESULTS.successful, q1, w1)
 
 
 class LieEuler(_AbstractRKMK):
@@ -209,6 +214,7 @@ class LieEuler(_AbstractRKMK):
 
     tableau: ClassVar[tuple] = (((),), (1.0,))
     truncation: ClassVar[int] = 0
+    order: ClassVar[int] = 1
 
 
 class LieEulerHeun(_AbstractRKMK):
@@ -220,6 +226,7 @@ class LieEulerHeun(_AbstractRKMK):
 
     tableau: ClassVar[tuple] = (((), (1.0,)), (0.5, 0.5))
     truncation: ClassVar[int] = 0
+    order: ClassVar[int] = 2
 
 
 class RKMK3(_AbstractRKMK):
@@ -230,6 +237,7 @@ class RKMK3(_AbstractRKMK):
 
     tableau: ClassVar[tuple] = (((), (0.5,), (-1.0, 2.0)), (1 / 6, 2 / 3, 1 / 6))
     truncation: ClassVar[int] = 1
+    order: ClassVar[int] = 3
 
 
 class RKMK4(_AbstractRKMK):
@@ -240,9 +248,10 @@ class RKMK4(_AbstractRKMK):
         (1 / 6, 1 / 3, 1 / 3, 1 / 6),
     )
     truncation: ClassVar[int] = 2
+    order: ClassVar[int] = 4
 
 
-class CommutatorFreeRK4(AbstractIntegrator):
+class CommutatorFreeRK4(_AbstractLieGroupMethod):
     """The commutator-free Lie group method of order 4 of Celledoni–Marthinsen–Owren 2003.
 
     With F_i = h ξ(Y_i) and E(θ)·y = Ψ(exp θ, y):
@@ -250,24 +259,24 @@ class CommutatorFreeRK4(AbstractIntegrator):
         Y₁ = y₀,  Y₂ = E(½F₁)·y₀,  Y₃ = E(½F₂)·y₀,  Y₄ = E(F₃ − ½F₁)·Y₂,
         y₁ = E(−1/12 F₁ + 1/6 F₂ + 1/6 F₃ + 1/4 F₄)·E(1/4 F₁ + 1/6 F₂ + 1/6 F₃ − 1/12 F₄)·y₀.
 
-    Four field evaluations and five exponentials, no brackets.
+    Four field evaluations and five exponentials, no brackets; the stages sit at t₀, t₀ + h/2,
+    t₀ + h/2 and t₀ + h.
     """
 
-    requires_diagonal_inertia: ClassVar[bool] = False
+    order: ClassVar[int] = 4
 
-    def init(self, system, q, omega, params, dt):
-        return LieGroupState(system.inertia(q, params))
+    def step(self, system, t0, dt, y, args, state):
+        def field(t, x, w):
+            return se3_vector_field(system, t, x, w, args)
 
-    def step(self, system, q, omega, params, dt, state):
-        def field(x, w):
-            return se3_vector_field(system, x, w, params, state.inertia)
-
-        f1 = field(q, omega)
+        q, omega = y
+        half = t0 + 0.5 * dt
+        f1 = field(t0, q, omega)
         y2 = exp_action(_combine(dt, (0.5,), (f1,)), q, omega)
-        f2 = field(*y2)
-        f3 = field(*exp_action(_combine(dt, (0.5,), (f2,)), q, omega))
-        f4 = field(*exp_action(_combine(dt, (-0.5, 1.0), (f1, f3)), *y2))
+        f2 = field(half, *y2)
+        f3 = field(half, *exp_action(_combine(dt, (0.5,), (f2,)), q, omega))
+        f4 = field(t0 + dt, *exp_action(_combine(dt, (-0.5, 1.0), (f1, f3)), *y2))
         stages = (f1, f2, f3, f4)
-        half = exp_action(_combine(dt, (1 / 4, 1 / 6, 1 / 6, -1 / 12), stages), q, omega)
-        q1, w1 = exp_action(_combine(dt, (-1 / 12, 1 / 6, 1 / 6, 1 / 4), stages), *half)
-        return q1, w1, state, check_finite(RESULTS.successful, q1, w1)
+        middle = exp_action(_combine(dt, (1 / 4, 1 / 6, 1 / 6, -1 / 12), stages), q, omega)
+        q1, w1 = exp_action(_combine(dt, (-1 / 12, 1 / 6, 1 / 6, 1 / 4), stages), *middle)
+        return (q1, w1), state, check_finite(RESULTS.successful, q1, w1)

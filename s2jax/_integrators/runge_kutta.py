@@ -10,18 +10,14 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._custom_types import Array, Float
 from .._results import RESULTS
 from .base import AbstractIntegrator, check_finite
 
 
-class RungeKuttaState(eqx.Module):
-    inertia: Float[Array, "n n"]
-
-
-def _runge_kutta_step(system, q, omega, params, dt, inertia, a, b, c):
-    """One explicit Runge–Kutta step with tableau (a, b, c) on y = (q, ω)."""
-    del c  # the equations are autonomous
+def runge_kutta_step(system, t0, dt, y, args, tableau):
+    """One explicit Runge–Kutta step with Butcher tableau (a, b, c) on y = (q, ω) ∈ ℝ⁶ⁿ."""
+    a, b, c = tableau
+    q, omega = y
     stages = []
     for i in range(len(b)):
         qi, wi = q, omega
@@ -29,54 +25,61 @@ def _runge_kutta_step(system, q, omega, params, dt, inertia, a, b, c):
             if aij:
                 qi = qi + dt * aij * stages[j][0]
                 wi = wi + dt * aij * stages[j][1]
-        stages.append(system.vector_field(qi, wi, params, inertia))
+        stages.append(system.vector_field(t0 + c[i] * dt, qi, wi, args))
     q_next = q + dt * sum(bi * k[0] for bi, k in zip(b, stages) if bi)
     omega_next = omega + dt * sum(bi * k[1] for bi, k in zip(b, stages) if bi)
     return q_next, omega_next
 
 
-_RK4 = (((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6), (0.0, 0.5, 0.5, 1.0))
-_HEUN = (((), (1.0,)), (0.5, 0.5), (0.0, 1.0))
+class AbstractRungeKutta(AbstractIntegrator):
+    """An explicit Runge–Kutta method on (2.9)–(2.11), given by its tableau (a, b, c).
+
+    `reproject`: normalise q_i after each step (only q; ω keeps its normal component).
+    """
+
+    tableau: eqx.AbstractClassVar[tuple]
+    reproject: eqx.AbstractClassVar[bool]
+
+    is_symmetric: ClassVar[bool] = False
+    requires_diagonal_inertia: ClassVar[bool] = False
+    velocity_dependent_forces: ClassVar[bool] = True
+
+    def init(self, system, t0, y0, args):
+        return None
+
+    def step(self, system, t0, dt, y, args, state):
+        q1, w1 = runge_kutta_step(system, t0, dt, y, args, self.tableau)
+        if self.reproject:
+            q1 = q1 / jnp.linalg.norm(q1, axis=-1, keepdims=True)
+        return (q1, w1), state, check_finite(RESULTS.successful, q1, w1)
 
 
-class RungeKutta4(AbstractIntegrator):
+class RungeKutta4(AbstractRungeKutta):
     """The classical fourth-order Runge–Kutta method on (2.9)–(2.11); no projection."""
 
-    requires_diagonal_inertia: ClassVar[bool] = False
+    tableau: ClassVar[tuple] = (
+        ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+        (1 / 6, 1 / 3, 1 / 3, 1 / 6),
+        (0.0, 0.5, 0.5, 1.0),
+    )
+    reproject: ClassVar[bool] = False
+    order: ClassVar[int] = 4
 
-    def init(self, system, q, omega, params, dt):
-        return RungeKuttaState(system.inertia(q, params))
 
-    def step(self, system, q, omega, params, dt, state):
-        q1, w1 = _runge_kutta_step(system, q, omega, params, dt, state.inertia, *_RK4)
-        return q1, w1, state, check_finite(RESULTS.successful, q1, w1)
-
-
-class RungeKutta2(AbstractIntegrator):
+class RungeKutta2(AbstractRungeKutta):
     """Heun's second-order Runge–Kutta method on (2.9)–(2.11); no projection."""
 
-    requires_diagonal_inertia: ClassVar[bool] = False
-
-    def init(self, system, q, omega, params, dt):
-        return RungeKuttaState(system.inertia(q, params))
-
-    def step(self, system, q, omega, params, dt, state):
-        q1, w1 = _runge_kutta_step(system, q, omega, params, dt, state.inertia, *_HEUN)
-        return q1, w1, state, check_finite(RESULTS.successful, q1, w1)
+    tableau: ClassVar[tuple] = (((), (1.0,)), (0.5, 0.5), (0.0, 1.0))
+    reproject: ClassVar[bool] = False
+    order: ClassVar[int] = 2
 
 
-class RungeKutta2WithReprojection(AbstractIntegrator):
+class RungeKutta2WithReprojection(AbstractRungeKutta):
     """Heun's method followed by q_i ← q_i / |q_i| (the 'RK2 with projection' of 002 Example 3).
 
     Only q is normalised, as in the paper; ω keeps its normal component.
     """
 
-    requires_diagonal_inertia: ClassVar[bool] = False
-
-    def init(self, system, q, omega, params, dt):
-        return RungeKuttaState(system.inertia(q, params))
-
-    def step(self, system, q, omega, params, dt, state):
-        q1, w1 = _runge_kutta_step(system, q, omega, params, dt, state.inertia, *_HEUN)
-        q1 = q1 / jnp.linalg.norm(q1, axis=-1, keepdims=True)
-        return q1, w1, state, check_finite(RESULTS.successful, q1, w1)
+    tableau: ClassVar[tuple] = RungeKutta2.tableau
+    reproject: ClassVar[bool] = True
+    order: ClassVar[int] = 2

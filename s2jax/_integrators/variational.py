@@ -10,8 +10,11 @@ configuration is advanced by rotations, q_{i,k+1} = F_i q_{i,k} with F_i ∈ SO(
 order, and preserve the momentum maps of the symmetries of L.
 
 Where (3.10) and (3.12) write −h²/2 q_i × ∂V/∂q_i, the code writes +h²/2 q_i × F_i with the
-generalized force F = −∂V/∂q: the discrete Lagrange–d'Alembert principle adds non-conservative
-forces (001 (10)) to F at exactly these places.
+generalized force F = −∂V/∂q + f of 001 (10) (`AbstractSystem.generalized_force`): the discrete
+Lagrange–d'Alembert principle adds the non-conservative force f with weight h/2 at both ends of
+the step, F_k = F(t_k, q_k, ω_k, u_k) in (3.10) and F_{k+1} = F(t_{k+1}, q_{k+1}, ω_{k+1}, u_k)
+in (3.12)–(3.13). Without f the step is bitwise the conservative one. A force that depends on
+ω makes (3.13) implicit in ω_{k+1}; it is then solved by Newton's method.
 """
 
 from typing import ClassVar
@@ -27,20 +30,40 @@ from .._results import RESULTS
 from .base import AbstractIntegrator, check_finite
 
 
-class VariationalState(eqx.Module):
-    inertia: Float[Array, "n n"]
-    force: Float[Array, "n 3"]  # F(q_k) = −∂V/∂q at the current configuration, shared by two steps
+class ExplicitState(eqx.Module):
+    potential_force: Float[Array, "n 3"]  # −∂V/∂q(q_k), shared by two steps
 
 
 class ImplicitState(eqx.Module):
-    inertia: Float[Array, "n n"]
-    force: Float[Array, "n 3"]
+    potential_force: Float[Array, "n 3"]
     cayley_rate: Float[Array, "n 3"]  # f/h of the last step: Newton's initial guess, times h
 
 
 def _coupled(inertia, x):
     """Σ_{j≠i} M_ij x_j."""
     return inertia @ x - jnp.diag(inertia)[:, None] * x
+
+
+def forced_velocity_update(system, t1, q1, omega_guess, args, potential_force, update, *, rtol, atol, max_steps):
+    """ω_{k+1} = update(F_{k+1}), F_{k+1} = F(t_{k+1}, q_{k+1}, ω_{k+1}, u_k): (3.13) or (3.18) with forces.
+
+    `update` maps the generalized force at the end of the step to ω_{k+1}. Unless the force
+    depends on ω this is explicit; otherwise ω − update(F(ω)) = 0 is solved by Newton's method
+    from update(F(ω_guess)), differentiated by the implicit function theorem.
+
+    **Returns:** `(omega_next, converged)`.
+    """
+
+    def force(omega):
+        return system.generalized_force(t1, q1, omega, args, potential_force)
+
+    omega = update(force(omega_guess))
+    if not system.force_depends_on_velocity:
+        return omega, jnp.array(True)
+    omega, _, converged = newton_root(
+        lambda w: w - update(force(w)), omega, rtol=rtol, atol=atol, max_steps=max_steps
+    )
+    return omega, converged
 
 
 class VariationalIntegrator(AbstractIntegrator):
@@ -60,10 +83,10 @@ class VariationalIntegrator(AbstractIntegrator):
     3. q_{k+1} = cay(f_i) q_i (3.11);
     4. ω_{k+1} from the linear system (3.13) by block elimination.
 
-    The state carried between steps holds M, F(q_k) (each evaluation of ∂V/∂q serves two
-    steps) and Newton's starting point, which does not change the solution: a step with −h
-    from (q_{k+1}, ω_{k+1}) returns (q_k, ω_k) up to the Newton tolerance, which the
-    reversible adjoint relies on.
+    The state carried between steps holds −∂V/∂q(q_k) (each evaluation serves two steps) and
+    Newton's starting point, which does not change the solution: a step with −h from
+    (q_{k+1}, ω_{k+1}) returns (q_k, ω_k) up to the Newton tolerance, which the reversible
+    adjoint relies on (for forces that do not depend on ω).
 
     **Arguments:**
 
@@ -76,15 +99,20 @@ class VariationalIntegrator(AbstractIntegrator):
     atol: float = 1e-12
     max_steps: int = 20
 
+    order: ClassVar[int] = 2
+    is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = False
+    velocity_dependent_forces: ClassVar[bool] = True
 
-    def init(self, system, q, omega, params, dt):
+    def init(self, system, t0, y0, args):
+        q, omega = y0
         # f ≈ (h/2) ω for small steps, so f/h starts at ω/2.
-        force = -system.potential_gradient(q, params)
-        return ImplicitState(system.inertia(q, params), force, 0.5 * omega)
+        return ImplicitState(-system.potential_gradient(q, args), 0.5 * omega)
 
-    def step(self, system, q, omega, params, dt, state):
-        inertia, force = state.inertia, state.force
+    def step(self, system, t0, dt, y, args, state):
+        q, omega = y
+        inertia = system.inertia(q, args)
+        force = system.generalized_force(t0, q, omega, args, state.potential_force)
         mass = jnp.diag(inertia)[:, None]
         d = dt * (mass * omega - jnp.cross(q, _coupled(inertia, jnp.cross(q, omega))))
         d = d + 0.5 * dt**2 * jnp.cross(q, force)
@@ -103,12 +131,20 @@ class VariationalIntegrator(AbstractIntegrator):
         # Δ from the stored q_{k+1}, not from f: the discrete Euler–Lagrange equations
         # then hold for the sequence actually stored.
         displacement = q_next - q
-        force_next = -system.potential_gradient(q_next, params)
-        rhs = jnp.cross(q_next, inertia @ displacement) / dt + 0.5 * dt * jnp.cross(q_next, force_next)
-        omega_next = block_solve(system.angular_velocity_operator(q_next, inertia), rhs)
-        result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
+        potential_force = -system.potential_gradient(q_next, args)
+        impulse = jnp.cross(q_next, inertia @ displacement) / dt
+        operator = system.angular_velocity_operator(q_next, args)
+
+        def update(force_next):
+            return block_solve(operator, impulse + 0.5 * dt * jnp.cross(q_next, force_next))
+
+        omega_next, solved = forced_velocity_update(
+            system, t0 + dt, q_next, omega, args, potential_force, update,
+            rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
+        )
+        result = RESULTS.where(converged & solved, RESULTS.successful, RESULTS.newton_failed)
         result = check_finite(result, q_next, omega_next)
-        return q_next, omega_next, ImplicitState(inertia, force_next, f / dt), result
+        return (q_next, omega_next), ImplicitState(potential_force, f / dt), result
 
 
 class ExplicitVariationalIntegrator(AbstractIntegrator):
@@ -120,28 +156,44 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
         q_{i,k+1} = a_i × q_i + (1 − |a_i|²)^{1/2} q_i,                       (3.17)
         ω_{i,k+1} = ω_i + h/(2 M_ii) (q_i × F_i(q_k) + q_{i,k+1} × F_i(q_{k+1})),   (3.18)
 
-    with F = −∂V/∂q. It is the same map as `VariationalIntegrator` (to round-off), without
-    Newton's method. When |a_i| > 1 no rotation solves (3.14): the step is too large, and the
-    step returns `RESULTS.step_too_large` instead of a NaN. A non-diagonal M gives
-    `RESULTS.inertia_not_diagonal` (and a `ValueError` from `simulate` when M is known
-    before compiling).
+    with F = −∂V/∂q + f. It is the same map as `VariationalIntegrator` (to round-off), without
+    Newton's method (unless f depends on ω, which makes (3.18) implicit). When |a_i| > 1 no
+    rotation solves (3.14): the step is too large, and the step returns
+    `RESULTS.step_too_large` instead of a NaN. `simulate` rejects a non-diagonal M.
+
+    **Arguments** (used only for a force that depends on ω): `rtol`, `atol`, `max_steps` of
+    Newton's method on (3.18), as for `VariationalIntegrator`.
     """
 
+    rtol: float = 1e-12
+    atol: float = 1e-12
+    max_steps: int = 20
+
+    order: ClassVar[int] = 2
+    is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = True
+    velocity_dependent_forces: ClassVar[bool] = True
 
-    def init(self, system, q, omega, params, dt):
-        return VariationalState(system.inertia(q, params), -system.potential_gradient(q, params))
+    def init(self, system, t0, y0, args):
+        return ExplicitState(-system.potential_gradient(y0[0], args))
 
-    def step(self, system, q, omega, params, dt, state):
-        inertia, force = state.inertia, state.force
-        mass = jnp.diag(inertia)[:, None]
+    def step(self, system, t0, dt, y, args, state):
+        q, omega = y
+        mass = jnp.diag(system.inertia(q, args))[:, None]
+        force = system.generalized_force(t0, q, omega, args, state.potential_force)
         a = dt * omega + 0.5 * dt**2 / mass * jnp.cross(q, force)
         slack = 1.0 - dot(a, a)[:, None]
         q_next = jnp.cross(a, q) + jnp.sqrt(jnp.maximum(slack, 0.0)) * q
-        force_next = -system.potential_gradient(q_next, params)
-        omega_next = omega + 0.5 * dt / mass * (jnp.cross(q, force) + jnp.cross(q_next, force_next))
-        diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
+        potential_force = -system.potential_gradient(q_next, args)
+
+        def update(force_next):
+            return omega + 0.5 * dt / mass * (jnp.cross(q, force) + jnp.cross(q_next, force_next))
+
+        omega_next, solved = forced_velocity_update(
+            system, t0 + dt, q_next, omega, args, potential_force, update,
+            rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
+        )
         result = RESULTS.where(jnp.all(slack >= 0), RESULTS.successful, RESULTS.step_too_large)
+        result = RESULTS.where(solved, result, RESULTS.newton_failed)
         result = check_finite(result, q_next, omega_next)
-        result = RESULTS.where(diagonal, result, RESULTS.inertia_not_diagonal)
-        return q_next, omega_next, VariationalState(inertia, force_next), result
+        return (q_next, omega_next), ExplicitState(potential_force), result
