@@ -48,7 +48,7 @@ def _loss(model, integrator, dt, kind, adjoint, params, delta_omega=None):
     weights = WEIGHTS[: 3 * q0.shape[0]].reshape(q0.shape)
     if kind == "final":
         return jnp.sum(weights * sol.q[-1]) + jnp.sum(weights * sol.omega[-1]) / 10
-    return jnp.sum(weights * sol.q) / sol.q.shape[0]
+    return jnp.sum(weights[None] * sol.q) / sol.q.shape[0]
 
 
 def _float_params(model):

@@ -142,7 +142,7 @@ def test_lagrangian_not_of_form_2_2_is_rejected():
         return 0.5 * jnp.sum((1.0 + q[:, 2:] ** 2) * qdot**2)
 
     def anisotropic(q, qdot, p):
-        return 0.5 * jnp.sum(jnp.array([1.0, 2.0, 3.0]) * qdot**2)
+        return 0.5 * jnp.sum(jnp.array([[1.0, 2.0, 3.0]]) * qdot**2)
 
     def negative(q, qdot, p):
         return -0.5 * jnp.sum(qdot**2)

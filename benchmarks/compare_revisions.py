@@ -1,0 +1,106 @@
+"""µs per step of this checkout's s2jax against another revision's, in one process.
+
+    python benchmarks/compare_revisions.py --before REV
+
+A refactoring that claims "no slowdown" is checked here: the package at REV is exported
+(`git archive`) into a temporary folder and imported under the name `s2jax_before`, beside
+this checkout's `s2jax`, so both run in the same process on the same machine state. The two
+are timed in alternation (before, after, before, after, …) to spread the machine's noise
+evenly, on the step_cost systems: 002 Example 1 (implicit VI, RK4) and Example 2 (explicit VI).
+Each time is the median of 7 runs of 10⁴ steps through `simulate`. Writes
+benchmarks/results/compare_revisions.json.
+"""
+
+import argparse
+import importlib
+import pathlib
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from _common import write  # noqa: E402
+
+import s2jax  # noqa: E402
+
+NUM_STEPS = 10_000
+REPEATS = 7
+
+
+def _import_revision(revision: str, folder: pathlib.Path):
+    """The s2jax package at `revision`, imported as `s2jax_before`."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    archive = folder / "before.tar"
+    subprocess.run(["git", "-C", str(root), "archive", "-o", str(archive), revision, "s2jax"], check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "s2jax").rename(folder / "s2jax_before")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("s2jax_before")
+
+
+def _runner(package, model_name, integrator_name, dt):
+    model = getattr(package.models, model_name)
+    q0, omega0 = model.paper_state()
+    params = model.paper_params()
+    integrator = getattr(package, integrator_name)()
+
+    def run():
+        return package.simulate(
+            model.lagrangian, q0, omega0, params, dt=dt, num_steps=NUM_STEPS, save_every=NUM_STEPS,
+            integrator=integrator,
+        ).q
+
+    jax.block_until_ready(run())  # compile
+    return run
+
+
+def _once(run) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", required=True, help="the git revision to compare against")
+    args = parser.parse_args()
+    cases = {
+        "double_spherical_pendulum VariationalIntegrator": ("double_spherical_pendulum", "VariationalIntegrator", 0.01),
+        "double_spherical_pendulum RungeKutta4": ("double_spherical_pendulum", "RungeKutta4", 0.01),
+        "n_body_on_sphere ExplicitVariationalIntegrator": ("n_body_on_sphere", "ExplicitVariationalIntegrator", 1e-3),
+    }
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        before = _import_revision(args.before, pathlib.Path(folder))
+        for label, case in cases.items():
+            runs = {"before": _runner(before, *case), "after": _runner(s2jax, *case)}
+            times = {"before": [], "after": []}
+            for _ in range(REPEATS):
+                for name, run in runs.items():
+                    times[name].append(_once(run))
+            us = {name: 1e6 * statistics.median(t) / NUM_STEPS for name, t in times.items()}
+            results[label] = {
+                "before_us_per_step": us["before"],
+                "after_us_per_step": us["after"],
+                "after_over_before": us["after"] / us["before"],
+                "before_runs_s": times["before"],
+                "after_runs_s": times["after"],
+            }
+            print(f"{label:50s} before {us['before']:6.3f} µs/step  after {us['after']:6.3f}  "
+                  f"ratio {us['after'] / us['before']:.3f}")
+    path = write(
+        "compare_revisions",
+        {"before": args.before, "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results},
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
