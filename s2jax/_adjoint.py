@@ -121,15 +121,17 @@ def _reversible_loop(loop, inputs, result0):
         inputs, final = residuals
         _, ct_ys = cotangents
         dt = inputs.dt
-        args, args_vjp = jax.vjp(loop.args, inputs)
+        # Cotangents flow only to the inexact leaves of the system's args (params may hold ints).
+        args, static_args = eqx.partition(loop.args(inputs), eqx.is_inexact_array)
+        _, args_vjp = jax.vjp(lambda i: eqx.filter(loop.args(i), eqx.is_inexact_array), inputs)
 
         def step(k, y, state, args, dt):
-            return loop.advance(loop.time(k, dt), dt, y, state, args)[:2]
+            return loop.advance(loop.time(k, dt), dt, y, state, eqx.combine(args, static_args))[:2]
 
         def back_step(carry, _):
             k, y, state, ct, ct_args, ct_dt = carry
             k = k - 1
-            previous = loop.advance(loop.time(k + 1, dt), -dt, y, state, args)[:2]
+            previous = loop.advance(loop.time(k + 1, dt), -dt, y, state, eqx.combine(args, static_args))[:2]
             _, vjp = jax.vjp(lambda y, s, a, h: step(k, y, s, a, h), *previous, args, dt)
             dy, dstate, dargs, ddt = vjp(ct)
             ct_args = jtu.tree_map(jnp.add, ct_args, dargs)
@@ -149,7 +151,9 @@ def _reversible_loop(loop, inputs, result0):
         pending = jtu.tree_map(lambda c: jnp.concatenate([jnp.zeros_like(c[:1]), c[:-1]])[::-1], ct_ys)
         (_, _, _, (dy, dstate), ct_args, ct_dt), _ = lax.scan(back_save, carry, pending)
         t0 = jnp.zeros((), dt.dtype)
-        _, init_vjp = jax.vjp(lambda y0, a: loop.integrator.init(loop.system, t0, y0, a), inputs.y0, args)
+        _, init_vjp = jax.vjp(
+            lambda y0, a: loop.integrator.init(loop.system, t0, y0, eqx.combine(a, static_args)), inputs.y0, args
+        )
         dy0, dargs0 = init_vjp(dstate)
         (ct_inputs,) = args_vjp(jtu.tree_map(jnp.add, ct_args, dargs0))
         direct = eqx.tree_at(
