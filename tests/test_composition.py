@@ -49,3 +49,14 @@ def test_composed_vi_keeps_unit_length():
 def test_bad_order_is_rejected():
     with pytest.raises(ValueError, match="order 4 or 6"):
         s2.Composition(s2.VariationalIntegrator(), order=3)
+
+
+def test_composition_declares_the_capabilities_of_its_base():
+    explicit = s2.Composition(s2.ExplicitVariationalIntegrator(), order=6)
+    assert explicit.requires_diagonal_inertia and explicit.is_symmetric and explicit.order == 6
+    assert not s2.Composition(s2.VariationalIntegrator()).requires_diagonal_inertia
+    # simulate reads the declaration: a composed explicit VI refuses a non-diagonal M too.
+    with pytest.raises(ValueError, match=r"Composition needs a diagonal inertia matrix, but M\[0, 1\]"):
+        s2.simulate(dsp.lagrangian, *dsp.paper_state(), dsp.paper_params(), dt=0.01, num_steps=3, integrator=explicit)
+    with pytest.raises(ValueError, match="symmetric second-order method; RungeKutta4 is not one"):
+        s2.Composition(s2.RungeKutta4())
