@@ -343,24 +343,32 @@ def _raise_if_failed(codes, failed_steps, dt):
 
 
 def _error_if_failed(solution: Solution, dt) -> Solution:
-    """The in-graph version of `_raise_if_failed`, for traced inputs (jit, vmap).
+    """The in-graph version of `_raise_if_failed`, for traced inputs (jit, vmap, grad).
 
     The check is one host callback after the scan, never one per step. Under `jax.vmap`
     the callback sees the whole batch (`vmap_method="broadcast_all"`), so it can name the
-    failing batch index. An optimisation barrier ties the outputs to the check so it is
-    not dead-code eliminated.
+    failing batch index. Every output is selected on the callback's answer (which is always
+    "fine": the callback raises otherwise), so compilation cannot remove the check as dead
+    code: an unused callback result, or one only tied to the outputs by an optimisation
+    barrier, is deleted by XLA.
     """
     codes = solution.result._value
 
     def check(codes, failed_steps, dt):
         _raise_if_failed(codes, failed_steps, dt)
-        return np.zeros(np.shape(codes), np.int32)
+        return np.ones(np.shape(codes), np.bool_)
 
-    token = jax.pure_callback(
+    fine = jax.pure_callback(
         check,
-        jax.ShapeDtypeStruct(codes.shape, jnp.int32),
+        jax.ShapeDtypeStruct(codes.shape, jnp.bool_),
         *lax.stop_gradient((codes, solution.failed_step, dt)),
         vmap_method="broadcast_all",
     )
-    _, solution = lax.optimization_barrier((token, solution))
-    return solution
+    return jtu.tree_map(lambda x: jnp.where(fine, x, _poison(x)), solution)
+
+
+def _poison(x):
+    """What an output would be replaced with if the check could fail: NaN, or the largest int."""
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.full_like(x, jnp.nan)
+    return jnp.full_like(x, jnp.iinfo(x.dtype).max)

@@ -1,5 +1,6 @@
 """`simulate` under jax transformations, its compilation cache, and its input checks."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -174,3 +175,53 @@ def test_progress_bar_updates_at_most_fifty_times(capfd):
     updates = [chunk for chunk in err.split("\r") if "steps" in chunk]
     assert updates[-1].strip().endswith("20000/20000 steps")
     assert 2 <= len(updates) <= 51
+
+
+def _three_particles():
+    params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81}
+
+    def lagrangian(q, qdot, p):
+        return 0.5 * jnp.sum(p["m"][:, None] * qdot**2) + jnp.sum(p["m"] * p["g"] * q[:, 2])
+
+    q0, omega0 = s2.random_state(jax.random.PRNGKey(1), 3)
+
+    def run(scale):
+        # scale 200 needs |a| > 1 in (3.17) at the first step
+        return s2.simulate(
+            lagrangian, q0, scale * omega0, params, dt=0.01, num_steps=20, integrator=s2.ExplicitVariationalIntegrator()
+        )
+
+    return run
+
+
+# What each mode raises (the README's error-handling paragraph): eagerly a SimulationError;
+# inside a compiled or vmapped computation JAX re-raises the host check's SimulationError as a
+# jax.errors.JaxRuntimeError that carries its message.
+_THROW_MODES = {
+    "jit": (lambda run: jax.jit(lambda s: run(s).q), jnp.asarray(200.0), ""),
+    "filter_jit": (lambda run: eqx.filter_jit(lambda s: run(s).q), jnp.asarray(200.0), ""),
+    "vmap": (lambda run: jax.vmap(lambda s: run(s).q), jnp.array([1.0, 200.0]), r"batch index \(1,\)"),
+    "jit_vmap": (
+        lambda run: jax.jit(jax.vmap(lambda s: run(s).q)), jnp.array([1.0, 1.0, 200.0]), r"batch index \(2,\)"
+    ),
+    "jit_grad": (lambda run: jax.jit(jax.grad(lambda s: run(s).q[-1, 0, 0])), jnp.asarray(200.0), ""),
+}
+
+
+@pytest.mark.parametrize("mode", _THROW_MODES)
+def test_throw_survives_compilation(mode):
+    """throw=True raises, naming the step (and batch index), under jit, filter_jit, vmap, jit(vmap), jit(grad)."""
+    transform, argument, batch = _THROW_MODES[mode]
+    fn = transform(_three_particles())
+    message = batch + r".*step 0 → 1 \(t = 0\) failed: the step is too large"
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        jax.block_until_ready(fn(argument))
+    # The same compiled function runs when nothing fails.
+    assert bool(jnp.all(jnp.isfinite(fn(jnp.ones_like(argument)))))
+
+
+def test_invalid_traced_initial_state_raises_under_jit():
+    q0, omega0 = dsp.paper_state()
+    run = jax.jit(lambda q: _run(dsp.paper_params(), q, omega0).q)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the initial state is not a finite point"):
+        jax.block_until_ready(run(jnp.asarray(q0) * 1.01))
