@@ -14,6 +14,7 @@ from ._diagnostics import (
     tangency_error as tangency_error,
     unit_length_error as unit_length_error,
 )
+from ._errors import SimulationError as SimulationError
 from ._force import AbstractForce as AbstractForce, Force as Force
 from ._form_check import check_lagrangian_form as check_lagrangian_form
 from ._geometry import (
@@ -44,7 +45,7 @@ from ._integrators import (
     VariationalIntegrator as VariationalIntegrator,
 )
 from ._results import RESULTS as RESULTS
-from ._simulate import SimulationError as SimulationError, Solution as Solution, simulate as simulate
+from ._simulate import Solution as Solution, simulate as simulate
 from ._system import (
     AbstractSystem as AbstractSystem,
     LagrangianSystem as LagrangianSystem,

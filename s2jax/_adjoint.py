@@ -17,14 +17,17 @@ Derivatives of each implicit step come from the implicit function theorem (`_new
 """
 
 import abc
+import functools
 import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 
+from ._errors import SimulationError, error_if
 from ._results import RESULTS
 
 NO_FAILURE = -1
@@ -97,16 +100,52 @@ class ReversibleAdjoint(AbstractAdjoint):
     trajectory like e^{λt}·1e-16 (λ the Lyapunov exponent), and the gradient with it — the
     gradient itself grows as e^{λt}, so such horizons call for multiple shooting anyway.
 
+    So the backward pass checks itself: it ends at a reconstruction of the initial state, and
+    compares it with the true one. If any component differs by more than
+    `tolerance`·(1 + |x₀|), the gradient cannot be trusted: with `simulate(throw=True)` a
+    `SimulationError` is raised, with `throw=False` the gradients are NaN. Measured on 002
+    Example 1 (h = 0.01): reconstruction error 4e-12, 1e-10, 6e-7 and 1 after 10³, 3·10³, 10⁴
+    and 3·10⁴ steps, with gradient errors against `DirectAdjoint` of 3e-11, 5e-9, 4e-5 and
+    3.4 (relative): about 50× the reconstruction error. The default tolerance 1e-8 therefore
+    admits gradients good to ~1e-6.
+
     Needs a symmetric integrator (`is_symmetric`) whose state carries nothing that depends on
     the sign of h, and forces that do not depend on ω. Gradients of a simulation that failed
     (`result` not successful) are NaN.
+
+    **Arguments:**
+
+    - `tolerance`: the largest reconstruction error accepted, relative to 1 + |x₀|.
     """
 
+    tolerance: float = 1e-8
+
     def loop(self, loop, inputs, result0):
-        return _reversible_loop(loop, inputs, result0)
+        return _reversible_loop(loop, inputs, result0, self.tolerance)
 
 
-def _reversible_loop(loop, inputs, result0):
+def _reconstruction_error(rebuilt, true):
+    """max over the components of |rebuilt − true| / (1 + |true|)."""
+    errors = jtu.tree_map(lambda a, b: jnp.max(jnp.abs(a - b) / (1.0 + jnp.abs(b))), rebuilt, true)
+    return jnp.max(jnp.stack(jtu.tree_leaves(errors)))
+
+
+def _raise_if_inexact(errors, tolerance):
+    errors = np.asarray(errors)
+    bad = np.argwhere(np.atleast_1d(~(errors <= tolerance)))
+    if bad.size:
+        index = tuple(int(i) for i in bad[0]) if errors.ndim else ()
+        where = f" (batch index {index})" if errors.ndim else ""
+        raise SimulationError(
+            f"s2jax.ReversibleAdjoint{where}: the backward pass rebuilt the initial state with a "
+            f"relative error of {float(errors[index]):.2e}, above the tolerance {tolerance:g}, so the "
+            "gradient would be wrong. The horizon is too long for this trajectory's sensitivity "
+            "(chaos amplifies round-off like e^{λt}): use DirectAdjoint or CheckpointedAdjoint, a "
+            "shorter horizon or multiple shooting, or pass ReversibleAdjoint(tolerance=...)."
+        )
+
+
+def _reversible_loop(loop, inputs, result0, tolerance):
     # The initial result code is an explicit input: a custom_vjp must not close over values
     # computed from the inputs being differentiated.
     @jax.custom_vjp
@@ -149,7 +188,7 @@ def _reversible_loop(loop, inputs, result0):
         # After the block that ends at save s (s ≥ 1) comes the cotangent of save s − 1; the
         # last block (back to step 0) adds nothing: the initial state is not an output here.
         pending = jtu.tree_map(lambda c: jnp.concatenate([jnp.zeros_like(c[:1]), c[:-1]])[::-1], ct_ys)
-        (_, _, _, (dy, dstate), ct_args, ct_dt), _ = lax.scan(back_save, carry, pending)
+        (_, y0_rebuilt, _, (dy, dstate), ct_args, ct_dt), _ = lax.scan(back_save, carry, pending)
         t0 = jnp.zeros((), dt.dtype)
         _, init_vjp = jax.vjp(
             lambda y0, a: loop.integrator.init(loop.system, t0, y0, eqx.combine(a, static_args)), inputs.y0, args
@@ -160,8 +199,12 @@ def _reversible_loop(loop, inputs, result0):
             lambda i: (i.y0, i.dt), jtu.tree_map(jnp.zeros_like, inputs), (jtu.tree_map(jnp.add, dy, dy0), ct_dt)
         )
         grads = jtu.tree_map(jnp.add, ct_inputs, direct)
-        failed = final.result != RESULTS.successful
-        return jtu.tree_map(lambda g: jnp.where(failed, jnp.nan, g), grads), None
+        error = _reconstruction_error(y0_rebuilt, inputs.y0)
+        untrusted = (final.result != RESULTS.successful) | (error > tolerance)
+        grads = jtu.tree_map(lambda g: jnp.where(untrusted, jnp.nan, g), grads)
+        if loop.throw:
+            grads = error_if(grads, functools.partial(_raise_if_inexact, tolerance=tolerance), error)
+        return grads, None
 
     run.defvjp(forward, backward)
     return run(inputs, result0)

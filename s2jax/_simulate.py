@@ -20,6 +20,7 @@ from jax import lax
 
 from ._adjoint import NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
+from ._errors import SimulationError, error_if
 from ._force import AbstractForce, Force
 from ._form_check import check_lagrangian_form
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
@@ -27,10 +28,6 @@ from ._integrators.base import IntegratorState, State
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
 from ._validation import check_initial_state, initial_state_is_valid
-
-
-class SimulationError(RuntimeError):
-    """A step could not be taken (raised by `simulate(..., throw=True)`)."""
 
 
 class Solution(eqx.Module):
@@ -87,6 +84,7 @@ class Loop(eqx.Module):
     num_saves: int = eqx.field(static=True)
     save_every: int = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
 
     def args(self, inputs: LoopInputs) -> SystemArgs:
         return self.system.prepare(inputs.y0[0], eqx.combine(inputs.params, self.static_params))
@@ -243,13 +241,15 @@ def simulate(
                         "use VariationalIntegrator."
                     )
 
-    solution = _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress)
+    solution = _integrate(
+        system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw
+    )
     if throw:
         codes = solution.result._value
         if concrete and not isinstance(codes, jax.core.Tracer):
             _raise_if_failed(codes, solution.failed_step, dt)
         else:
-            solution = _error_if_failed(solution, dt)
+            solution = error_if(solution, _raise_if_failed, solution.result._value, solution.failed_step, dt)
     return solution
 
 
@@ -276,7 +276,7 @@ def _initial_result(system, integrator, q0, omega0, params, dt) -> RESULTS:
 
 
 @eqx.filter_jit
-def _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress):
+def _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw):
     num_saves = num_steps // save_every
     t = dt * save_every * jnp.arange(num_saves + 1, dtype=dt.dtype)
     result0 = _initial_result(system, integrator, q0, omega0, params, dt)
@@ -288,7 +288,7 @@ def _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, s
         return Solution(t, q, omega, result, failed)
 
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
-    loop = Loop(integrator, system, static, num_saves, save_every, progress)
+    loop = Loop(integrator, system, static, num_saves, save_every, progress, throw)
     final, (qs, omegas) = adjoint.loop(loop, LoopInputs((q0, omega0), dynamic, dt), result0)
     q = jnp.concatenate([q0[None], qs])
     omega = jnp.concatenate([omega0[None], omegas])
@@ -342,33 +342,3 @@ def _raise_if_failed(codes, failed_steps, dt):
         )
 
 
-def _error_if_failed(solution: Solution, dt) -> Solution:
-    """The in-graph version of `_raise_if_failed`, for traced inputs (jit, vmap, grad).
-
-    The check is one host callback after the scan, never one per step. Under `jax.vmap`
-    the callback sees the whole batch (`vmap_method="broadcast_all"`), so it can name the
-    failing batch index. Every output is selected on the callback's answer (which is always
-    "fine": the callback raises otherwise), so compilation cannot remove the check as dead
-    code: an unused callback result, or one only tied to the outputs by an optimisation
-    barrier, is deleted by XLA.
-    """
-    codes = solution.result._value
-
-    def check(codes, failed_steps, dt):
-        _raise_if_failed(codes, failed_steps, dt)
-        return np.ones(np.shape(codes), np.bool_)
-
-    fine = jax.pure_callback(
-        check,
-        jax.ShapeDtypeStruct(codes.shape, jnp.bool_),
-        *lax.stop_gradient((codes, solution.failed_step, dt)),
-        vmap_method="broadcast_all",
-    )
-    return jtu.tree_map(lambda x: jnp.where(fine, x, _poison(x)), solution)
-
-
-def _poison(x):
-    """What an output would be replaced with if the check could fail: NaN, or the largest int."""
-    if jnp.issubdtype(x.dtype, jnp.inexact):
-        return jnp.full_like(x, jnp.nan)
-    return jnp.full_like(x, jnp.iinfo(x.dtype).max)
