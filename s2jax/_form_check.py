@@ -1,12 +1,73 @@
-"""The check that a Lagrangian has the form (2.2) of Lee–Leok–McClamroch 2009 (002)."""
+"""The check that a Lagrangian has the form (2.2) of Lee–Leok–McClamroch 2009 (002).
+
+(2.2) needs ∂²L/∂q̇∂q̇ = M ⊗ I₃ with M symmetric positive definite and independent of q, and
+L − L(q, 0) quadratic in q̇. The rules below are predicates on concrete or traced values
+alike: `check_lagrangian_form` raises the first that fails, naming the body, and
+`lagrangian_form_is_valid` evaluates the same predicates inside a computation (under `jax.jit`,
+`jax.vmap` or `jax.grad` with respect to params), where `simulate` turns a failure into
+`RESULTS.not_lagrangian_form` instead of integrating the wrong equations.
+"""
+
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._custom_types import Array, Float, Lagrangian, Params
+from ._custom_types import Array, Bool, Float, Lagrangian, Params
 from ._system import LagrangianSystem, SystemArgs
+
+_FORM = "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: "
+
+
+def _rules(lagrangian, q, omega, params) -> tuple[Float[Array, "n n"], list[tuple[Bool[Array, "..."], Callable]]]:
+    """M at q, and `(bad, message)` per rule: `bad` flags the offending bodies (or is a scalar).
+
+    The Hessian is probed with three random vectors (Hessian–vector products, so the check
+    costs O(1) Lagrangian gradients beyond the n tangents of M, for any n). M is compared at q,
+    at −q, at a rotation of q and at a random configuration: the first three share the Gram
+    matrix (q_i·q_j), so an inertia that depends on q only through it passes them, but not the
+    fourth. Quadraticity is checked at q̇ = ω × q and at a second tangent velocity. NaN fails
+    every rule (the comparisons are written as `~(x <= tol)`).
+    """
+    inertias, probes, products, residuals = _form_quantities(lagrangian, q, omega, params)
+    inertia = inertias[0]
+    scale = jnp.maximum(jnp.max(jnp.abs(inertia)), jnp.finfo(inertia.dtype).tiny)
+    tol = 1e-9 * scale
+    probe_scale = jnp.max(jnp.abs(probes), axis=(1, 2))[:, None]
+    mismatch = jnp.max(jnp.abs(products - jnp.einsum("ij,pja->pia", inertia, probes)), axis=-1) / probe_scale
+    dependence = jnp.max(jnp.abs(inertias[1:] - inertia[None]), axis=(0, 2))
+    asymmetry = jnp.max(jnp.abs(inertia - inertia.T))
+    smallest = jnp.linalg.eigvalsh(inertia)[0]
+    speed = 1.0 + jnp.max(jnp.abs(omega))
+    quadratic = jnp.max(jnp.abs(residuals))
+    return inertia, [
+        (
+            ~(jnp.max(mismatch, axis=0) <= tol),
+            lambda i: _FORM + f"∂²L/∂q̇∂q̇ is not M ⊗ I₃ (the velocities of body {i} enter the kinetic energy "
+            "with different weights along different axes, or couple to other bodies' velocities other "
+            "than through M_ij q̇_i·q̇_j).",
+        ),
+        (
+            ~(dependence <= tol),
+            lambda i: _FORM + f"the inertia ∂²L/∂q̇∂q̇ of body {i} depends on the configuration q. The "
+            "variational integrators of s2jax need a constant inertia matrix M.",
+        ),
+        (
+            ~(asymmetry <= tol),
+            lambda i: f"The inertia matrix M read off the Lagrangian is not symmetric:\n{np.asarray(inertia)}",
+        ),
+        (
+            ~(smallest > 1e-12 * scale),
+            lambda i: "The inertia matrix M read off the Lagrangian is not positive definite (smallest "
+            f"eigenvalue {float(smallest):.3e}); (2.2) of Lee–Leok–McClamroch 2009 needs M > 0.",
+        ),
+        (
+            ~(quadratic <= 1e-9 * jnp.maximum(scale, 1.0) * speed**2),
+            lambda i: _FORM + "L(q, q̇) − L(q, 0) is not a quadratic form ½ Σ M_ij q̇_i·q̇_j in the velocities.",
+        ),
+    ]
 
 
 def check_lagrangian_form(
@@ -14,51 +75,20 @@ def check_lagrangian_form(
 ) -> np.ndarray:
     """Check, with concrete values, that L has the form (2.2) of 002; return M as numpy.
 
-    (2.2) needs ∂²L/∂q̇∂q̇ = M ⊗ I₃ with M symmetric positive definite and independent of q,
-    and L − L(q, 0) quadratic in q̇. The Hessian is probed with three random vectors (three
-    Hessian–vector products, so the check costs O(1) Lagrangian gradients for any n), M is
-    compared at q, at −q and at a fixed rotation of q, and quadraticity is checked at
-    q̇ = ω × q and at a second tangent velocity. Raises `ValueError` naming the first
-    offending body.
+    Raises `ValueError` naming the first offending body (see `_rules` for what is probed).
     """
-    inertias, probes, products, residuals = (np.asarray(x) for x in _form_quantities(lagrangian, q, omega, params))
-    inertia = inertias[0]
-    scale = max(np.max(np.abs(inertia)), np.finfo(inertia.dtype).tiny)
-    tol = 1e-9 * scale
-    for probe, product in zip(probes, products):
-        mismatch = np.max(np.abs(product - inertia @ probe), axis=-1)
-        if np.any(mismatch > tol * np.max(np.abs(probe))):
-            i = int(np.argmax(mismatch))
-            raise ValueError(
-                "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: "
-                f"∂²L/∂q̇∂q̇ is not M ⊗ I₃ (the velocities of body {i} enter the kinetic energy "
-                "with different weights along different axes, or couple to other bodies' "
-                "velocities other than through M_ij q̇_i·q̇_j)."
-            )
-    for other in inertias[1:]:
-        if np.max(np.abs(other - inertia)) > tol:
-            i = int(np.argmax(np.max(np.abs(other - inertia), axis=-1)))
-            raise ValueError(
-                "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: the inertia "
-                f"∂²L/∂q̇∂q̇ of body {i} depends on the configuration q. The variational "
-                "integrators of s2jax need a constant inertia matrix M."
-            )
-    if np.max(np.abs(inertia - inertia.T)) > tol:
-        raise ValueError(f"The inertia matrix M read off the Lagrangian is not symmetric:\n{inertia}")
-    eigenvalues = np.linalg.eigvalsh(inertia)
-    if not eigenvalues[0] > 1e-12 * scale:
-        raise ValueError(
-            "The inertia matrix M read off the Lagrangian is not positive definite "
-            f"(smallest eigenvalue {eigenvalues[0]:.3e}); (2.2) of Lee–Leok–McClamroch 2009 "
-            "needs M > 0."
-        )
-    speed = 1.0 + np.max(np.abs(np.asarray(omega)))
-    if np.max(np.abs(residuals)) > 1e-9 * max(scale, 1.0) * speed**2:
-        raise ValueError(
-            "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: "
-            "L(q, q̇) − L(q, 0) is not a quadratic form ½ Σ M_ij q̇_i·q̇_j in the velocities."
-        )
-    return inertia
+    inertia, rules = _rules(lagrangian, jnp.asarray(q), jnp.asarray(omega), params)
+    for bad, message in rules:
+        bad = np.atleast_1d(np.asarray(bad))
+        if np.any(bad):
+            raise ValueError(message(int(np.argmax(bad))))
+    return np.asarray(inertia)
+
+
+def lagrangian_form_is_valid(lagrangian, q, omega, params) -> Bool[Array, ""]:
+    """The predicates of `check_lagrangian_form` inside a computation: True if none fails."""
+    _, rules = _rules(lagrangian, q, omega, params)
+    return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in rules]))
 
 
 @eqx.filter_jit
@@ -69,7 +99,9 @@ def _form_quantities(lagrangian, q, omega, params):
     c, s = jnp.cos(angle), jnp.sin(angle)
     rotation = jnp.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]], dtype=q.dtype)
     rotation = rotation @ jnp.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]], dtype=q.dtype)
-    configurations = jnp.stack([q, -q, q @ rotation.T])
+    scattered = jax.random.normal(jax.random.PRNGKey(1), q.shape, q.dtype)
+    scattered = scattered / jnp.linalg.norm(scattered, axis=-1, keepdims=True)
+    configurations = jnp.stack([q, -q, q @ rotation.T, scattered])
     inertias = jax.vmap(lambda x: system.inertia(x, args))(configurations)
     probes = jax.random.normal(jax.random.PRNGKey(0), (3, *q.shape), q.dtype)
 

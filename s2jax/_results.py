@@ -26,4 +26,10 @@ class RESULTS(eqx.Enumeration):
         "the initial state is not a finite point of T(S²)ⁿ (|q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond "
         "1e-12) or dt ≤ 0"
     )
+    invalid_parameters = "a parameter (a float leaf of params) is not finite (NaN or inf)"
+    not_lagrangian_form = (
+        "the Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009 at the initial state "
+        "(found inside a traced computation; s2jax.check_lagrangian_form(lagrangian, q0, omega0, "
+        "params) with concrete values says which body and why)"
+    )
     adaptive_solver_failed = "the adaptive Runge–Kutta baseline failed (too many steps or a step size underflow)"

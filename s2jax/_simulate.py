@@ -22,12 +22,12 @@ from ._adjoint import NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjo
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError, error_if
 from ._force import AbstractForce, Force
-from ._form_check import check_lagrangian_form
+from ._form_check import check_lagrangian_form, lagrangian_form_is_valid
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
 from ._integrators.base import IntegratorState, State
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
-from ._validation import check_initial_state, initial_state_is_valid
+from ._validation import check_initial_state, check_parameters, initial_state_is_valid, parameters_are_finite
 
 
 class Solution(eqx.Module):
@@ -219,8 +219,16 @@ def simulate(
         raise ValueError(f"q0 must have shape (n, 3), one unit vector per body; got {q0.shape}")
     if omega0.shape != q0.shape:
         raise ValueError(f"omega0 must have the shape of q0, {q0.shape}; got {omega0.shape}")
+    for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):
+        if jnp.iscomplexobj(x):
+            raise ValueError(f"{label} is complex; the state and step of s2jax are real")
     if not jnp.issubdtype(q0.dtype, jnp.floating):
         q0 = q0.astype(float)
+    if q0.dtype != jnp.float64:
+        raise ValueError(
+            f"s2jax computes in float64 (its tolerances are 1e-12), but q0 has dtype {q0.dtype}: call "
+            "jax.config.update('jax_enable_x64', True) before creating arrays"
+        )
     omega0 = omega0.astype(q0.dtype)
     dt = jnp.asarray(dt, dtype=q0.dtype)
     if dt.shape != ():
@@ -228,21 +236,25 @@ def simulate(
     params = jtu.tree_map(_trace_floats, params)
 
     concrete = not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0, dt))
+    concrete_params = not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(params))
     if concrete:
         check_initial_state(q0, omega0, dt)
-        if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(params)):
-            inertia = check_lagrangian_form(lagrangian, q0, omega0, params)
-            if integrator.requires_diagonal_inertia:
-                off = inertia - np.diag(np.diag(inertia))
-                if np.any(off != 0):
-                    i, j = np.argwhere(off != 0)[0]
-                    raise ValueError(
-                        f"{name} needs a diagonal inertia matrix, but M[{i}, {j}] = {inertia[i, j]}; "
-                        "use VariationalIntegrator."
-                    )
+    if concrete_params:
+        check_parameters(params)
+    if concrete and concrete_params:
+        inertia = check_lagrangian_form(lagrangian, q0, omega0, params)
+        if integrator.requires_diagonal_inertia:
+            off = inertia - np.diag(np.diag(inertia))
+            if np.any(off != 0):
+                i, j = np.argwhere(off != 0)[0]
+                raise ValueError(
+                    f"{name} needs a diagonal inertia matrix, but M[{i}, {j}] = {inertia[i, j]}; "
+                    "use VariationalIntegrator."
+                )
 
     solution = _integrate(
-        system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw
+        system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw,
+        not (concrete and concrete_params),
     )
     if throw:
         codes = solution.result._value
@@ -265,9 +277,19 @@ def _trace_floats(leaf):
     return leaf
 
 
-def _initial_result(system, integrator, q0, omega0, params, dt) -> RESULTS:
-    """The in-graph checks of what `simulate` checks eagerly when it can: the first result code."""
+def _initial_result(system, integrator, q0, omega0, params, dt, check_form) -> RESULTS:
+    """The in-graph checks of what `simulate` checks eagerly when it can: the first result code.
+
+    The form check of (2.2) costs O(1) gradients plus the n tangents of M, once per run; it is
+    compiled in only when it could not run before compiling (`check_form`).
+    """
     result = RESULTS.where(initial_state_is_valid(q0, omega0, dt), RESULTS.successful, RESULTS.invalid_initial_state)
+    result = RESULTS.where(
+        parameters_are_finite(params) | (result != RESULTS.successful), result, RESULTS.invalid_parameters
+    )
+    if check_form:
+        form = lax.stop_gradient(lagrangian_form_is_valid(system.lagrangian, q0, omega0, params))
+        result = RESULTS.where(form | (result != RESULTS.successful), result, RESULTS.not_lagrangian_form)
     if integrator.requires_diagonal_inertia:
         inertia = lax.stop_gradient(system.prepare(q0, params).inertia)
         diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
@@ -276,10 +298,12 @@ def _initial_result(system, integrator, q0, omega0, params, dt) -> RESULTS:
 
 
 @eqx.filter_jit
-def _integrate(system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw):
+def _integrate(
+    system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw, check_form
+):
     num_saves = num_steps // save_every
     t = dt * save_every * jnp.arange(num_saves + 1, dtype=dt.dtype)
-    result0 = _initial_result(system, integrator, q0, omega0, params, dt)
+    result0 = _initial_result(system, integrator, q0, omega0, params, dt, check_form)
 
     if isinstance(integrator, AbstractAdaptiveIntegrator):
         (q, omega), result, failed_save, _ = integrator.solve(system, t, (q0, omega0), system.prepare(q0, params))
@@ -321,8 +345,12 @@ def _progress_hook(num_saves: int, save_every: int):
 def _failure_message(code, failed_step, dt, batch_index=None) -> str:
     where = "" if batch_index is None else f" (batch index {batch_index})"
     step = int(failed_step)
-    if code == RESULTS.invalid_initial_state._value:
-        return f"s2jax.simulate{where}: {RESULTS._index_to_message[int(code)]}"
+    before_first_step = (
+        RESULTS.invalid_initial_state, RESULTS.invalid_parameters, RESULTS.not_lagrangian_form,
+        RESULTS.inertia_not_diagonal,
+    )
+    if any(code == c._value for c in before_first_step):
+        return f"s2jax.simulate{where}: before the first step: {RESULTS._index_to_message[int(code)]}"
     return (
         f"s2jax.simulate{where}: step {step} → {step + 1} (t = {step * float(dt):.6g}) "
         f"failed: {RESULTS._index_to_message[int(code)]}. Pass throw=False to get the "

@@ -8,7 +8,9 @@ computation, where nothing can be raised before it runs, for `RESULTS.invalid_in
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 
 from ._custom_types import Array, ArrayLike, Bool, Float
@@ -62,3 +64,28 @@ def check_initial_state(
 def initial_state_is_valid(q0, omega0, dt) -> Bool[Array, ""]:
     """The predicates of `check_initial_state` inside a computation: True if none is broken."""
     return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in _rules(q0, omega0, dt)]))
+
+
+def _numeric_leaves(params):
+    return [
+        (jtu.keystr(path), leaf)
+        for path, leaf in jtu.tree_flatten_with_path(params)[0]
+        if isinstance(leaf, (float, complex, np.ndarray, np.number, jax.Array)) and not isinstance(leaf, bool)
+    ]
+
+
+def check_parameters(params) -> None:
+    """Raise `ValueError` if a numeric leaf of params is complex or not finite, naming it."""
+    for name, leaf in _numeric_leaves(params):
+        value = np.asarray(leaf)
+        if np.iscomplexobj(value):
+            raise ValueError(f"params{name} is complex ({value}); s2jax's models are real")
+        if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
+            raise ValueError(f"params{name} is not finite: {value}")
+
+
+def parameters_are_finite(params) -> Bool[Array, ""]:
+    """The finiteness rule of `check_parameters` inside a computation."""
+    leaves = [jnp.asarray(leaf) for _, leaf in _numeric_leaves(params)]
+    checks = [jnp.all(jnp.isfinite(leaf)) for leaf in leaves if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)

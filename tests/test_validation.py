@@ -1,0 +1,94 @@
+"""Bad input gets a clear error, eagerly or as a result code under jit, vmap and grad."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import s2jax as s2
+
+dsp = s2.models.double_spherical_pendulum
+Q0, OMEGA0 = dsp.paper_state()
+
+
+def _traced_params(**changes):
+    return {k: jnp.asarray(v) for k, v in dict(dsp.paper_params(), **changes).items()}
+
+
+def _gram_dependent(q, qdot, p):
+    """Inertia 1 + (q₁·q₂)²: the same at q, −q and any common rotation of q, so only a
+    configuration that changes the Gram matrix shows that it is not constant."""
+    return 0.5 * (1.0 + jnp.dot(q[0], q[1]) ** 2) * jnp.sum(qdot**2) + p["g"] * jnp.sum(q[:, 2])
+
+
+def _anisotropic(q, qdot, p):
+    return 0.5 * jnp.sum(jnp.array([[1.0, 2.0, 3.0]]) * qdot**2) + p["g"] * jnp.sum(q[:, 2])
+
+
+def _quartic(q, qdot, p):
+    return 0.5 * jnp.sum(qdot**2) + jnp.sum(qdot**4) + p["g"] * jnp.sum(q[:, 2])
+
+
+def test_inertia_depending_on_the_gram_matrix_is_rejected():
+    with pytest.raises(ValueError, match="of body 0 depends on the configuration"):
+        s2.simulate(_gram_dependent, Q0, OMEGA0, {"g": 9.81}, dt=0.01, num_steps=2)
+
+
+@pytest.mark.parametrize("lagrangian", [_gram_dependent, _anisotropic, _quartic])
+def test_form_is_checked_in_graph_under_jit_vmap_and_grad(lagrangian):
+    """Where the check cannot run before compiling (traced params or state), it runs inside."""
+    params = {"g": jnp.asarray(9.81)}
+
+    def run(p, omega0, throw=False):
+        return s2.simulate(lagrangian, Q0, omega0, p, dt=0.01, num_steps=5, throw=throw)
+
+    not_form = s2.RESULTS.not_lagrangian_form
+    assert jax.jit(lambda p: run(p, OMEGA0).result)(params) == not_form
+    batched = jax.vmap(lambda w: run(params, w).result._value)(jnp.stack([jnp.asarray(OMEGA0)] * 2))
+    assert np.all(np.asarray(batched) == not_form._value)
+    # jax.grad without jit runs eagerly: the error is raised as it is.
+    with pytest.raises(s2.SimulationError, match="before the first step: the Lagrangian is not of the form"):
+        jax.grad(lambda p: run(p, OMEGA0, throw=True).q[-1, 0, 0])(params)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="before the first step: the Lagrangian is not of the form"):
+        jax.block_until_ready(jax.jit(jax.grad(lambda p: run(p, OMEGA0, throw=True).q[-1, 0, 0]))(params))
+
+
+def test_form_check_in_graph_passes_a_model_of_form_2_2():
+    result = jax.jit(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=5).result)
+    assert result(_traced_params()) == s2.RESULTS.successful
+
+
+def test_non_finite_params_are_named():
+    with pytest.raises(ValueError, match=r"params\['l1'\] is not finite: nan"):
+        s2.simulate(dsp.lagrangian, Q0, OMEGA0, dict(dsp.paper_params(), l1=float("nan")), dt=0.01, num_steps=2)
+    traced = jax.jit(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2, throw=False).result)
+    assert traced(_traced_params(g=np.inf)) == s2.RESULTS.invalid_parameters
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(params=dict(dsp.paper_params(), m1=1.0 + 1e-3j)), r"params\['m1'\] is complex"),
+        (dict(q0=Q0 + 0j), "q0 is complex"),
+        (dict(omega0=OMEGA0 * (1 + 0j)), "omega0 is complex"),
+    ],
+)
+def test_complex_input_is_rejected(change, match):
+    inputs = {"q0": Q0, "omega0": OMEGA0, "params": dsp.paper_params(), **change}
+    with pytest.raises(ValueError, match=match):
+        s2.simulate(dsp.lagrangian, inputs["q0"], inputs["omega0"], inputs["params"], dt=0.01, num_steps=2)
+
+
+def test_float32_is_named():
+    """With x64 off, the paper's own model must be refused for its dtype, not for its form."""
+    script = (
+        "import s2jax as s2\n"
+        "m = s2.models.double_spherical_pendulum\n"
+        "s2.simulate(m.lagrangian, *m.paper_state(), m.paper_params(), dt=0.01, num_steps=2)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "s2jax computes in float64" in run.stderr and "jax_enable_x64" in run.stderr, run.stderr[-500:]
