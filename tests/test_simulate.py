@@ -225,3 +225,18 @@ def test_invalid_traced_initial_state_raises_under_jit():
     run = jax.jit(lambda q: _run(dsp.paper_params(), q, omega0).q)
     with pytest.raises(jax.errors.JaxRuntimeError, match="the initial state is not a finite point"):
         jax.block_until_ready(run(jnp.asarray(q0) * 1.01))
+
+
+def test_adaptive_failure_names_the_time_and_freezes_the_state():
+    """A Dormand–Prince run that runs out of steps reports the last save interval it reached
+    (not "step 0 → 1") and repeats its last state, like a failed fixed step."""
+    q0, omega0 = dsp.paper_state()
+    options = dict(dt=0.1, num_steps=100, integrator=s2.AdaptiveRungeKutta45(rtol=1e-8, atol=1e-8, max_steps=200))
+    sol = _run(dsp.paper_params(), q0, omega0, throw=False, **options)
+    assert sol.result == s2.RESULTS.adaptive_solver_failed
+    k = int(sol.failed_step)
+    assert 0 < k < 99
+    assert bool(jnp.all(jnp.isfinite(sol.q))) and bool(jnp.all(jnp.isfinite(sol.omega)))
+    assert bool(jnp.all(sol.q[k + 1 :] == sol.q[k][None])) and not bool(jnp.all(sol.q[k] == sol.q[k - 1]))
+    with pytest.raises(s2.SimulationError, match=rf"step {k} → {k + 1} \(t = {0.1 * k:.6g}\)"):
+        _run(dsp.paper_params(), q0, omega0, **options)

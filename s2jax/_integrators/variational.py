@@ -182,8 +182,14 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
         mass = jnp.diag(system.inertia(q, args))[:, None]
         force = system.generalized_force(t0, q, omega, args, state.potential_force)
         a = dt * omega + 0.5 * dt**2 / mass * jnp.cross(q, force)
-        slack = 1.0 - dot(a, a)[:, None]
-        q_next = jnp.cross(a, q) + jnp.sqrt(jnp.maximum(slack, 0.0)) * q
+        squared = dot(a, a)[:, None]
+        slack = 1.0 - squared
+        # (3.17) as q + (a × q − δ q) with δ = 1 − √(1 − |a|²) = |a|²/(1 + √(1 − |a|²)): for small
+        # |a| the rounded √(1 − |a|²) sits just below a rounding tie half of the time and always
+        # rounds down, which shrinks |q| by ~2.8e-17 per step (−2.8e-11 after 10⁶ steps of 1e-5 on
+        # 002 Example 2); δ carries full relative precision and the correction is unbiased.
+        shrink = squared / (1.0 + jnp.sqrt(jnp.maximum(slack, 0.0)))
+        q_next = q + (jnp.cross(a, q) - shrink * q)
         potential_force = -system.potential_gradient(q_next, args)
 
         def update(force_next):
