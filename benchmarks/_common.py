@@ -1,13 +1,18 @@
-"""Timing helpers shared by the benchmarks: medians of repeated runs, machine info."""
+"""What the benchmarks share: medians of repeated runs, machine info, results files, and the
+diffrax baseline on the equations of motion (2.9)–(2.11)."""
 
 import json
 import os
 import pathlib
 import platform
 import statistics
+import tempfile
 import time
 
+import diffrax
 import jax
+
+import s2jax as s2
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 
@@ -35,8 +40,52 @@ def machine() -> dict:
     }
 
 
-def write(name: str, payload: dict) -> pathlib.Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write(name: str, payload: dict, *, quick: bool = False) -> pathlib.Path:
+    """Write `payload` and `machine()` to results/<name>.json.
+
+    A quick run (`--quick`) only checks that a benchmark works: its numbers are not results,
+    so they go to a new temporary folder and never over a recorded file.
+    """
+    folder = pathlib.Path(tempfile.mkdtemp(prefix=f"s2jax-{name}-quick-")) if quick else RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=2))
     return path
+
+
+def diffrax_solve(
+    system: s2.AbstractSystem,
+    args: s2.SystemArgs,
+    y0,
+    t1,
+    solver: diffrax.AbstractSolver,
+    *,
+    rtol,
+    atol,
+    dt0,
+    max_steps: int,
+    saveat: diffrax.SaveAt = diffrax.SaveAt(t1=True),
+    adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
+    throw: bool = True,
+) -> diffrax.Solution:
+    """The diffrax baseline: `diffeqsolve` of (q̇, ω̇) = `system.vector_field` (002 (2.9)–(2.11))
+    from y0 = (q0, ω0) at t = 0 to t1, with `PIDController(rtol, atol)`.
+
+    The same equations as s2jax's Runge–Kutta baselines, in the same (q, ω) variables, so the
+    benchmarks compare integrators, not formulations. `saveat`, `adjoint` and `throw` are
+    diffrax's, with its defaults.
+    """
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, args: system.vector_field(t, *y, args)),
+        solver,
+        t0=0.0,
+        t1=t1,
+        dt0=dt0,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        adjoint=adjoint,
+        max_steps=max_steps,
+        throw=throw,
+    )

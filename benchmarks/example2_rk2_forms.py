@@ -24,10 +24,11 @@ HORIZON, SAMPLE = 10.0, 1e-3
 def heun_on_3_21(q0, qdot0, params, dt, num_steps, save_every):
     """Heun's method on (3.21) in the ambient coordinates (q, q̇); no projection."""
     system = s2.LagrangianSystem(model.lagrangian)
+    args = system.prepare(q0, params)
     masses = params["masses"][:, None]
 
     def field(q, qdot):
-        force = -system.potential_gradient(q, params)
+        force = -system.potential_gradient(q, args)
         return qdot, -jnp.sum(qdot * qdot, -1, keepdims=True) * q - jnp.cross(
             q, jnp.cross(q, force)
         ) / masses
@@ -48,7 +49,7 @@ def heun_on_3_21(q0, qdot0, params, dt, num_steps, save_every):
     q = jnp.concatenate([q0[None], q])
     qdot = jnp.concatenate([qdot0[None], qdot])
     energy = jnp.sum(0.5 * params["masses"] * jnp.sum(qdot**2, -1), -1) + jax.vmap(
-        lambda x: system.potential(x, params)
+        lambda x: system.potential(x, args)
     )(q)
     return energy, s2.unit_length_error(q)
 

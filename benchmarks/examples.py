@@ -1,10 +1,10 @@
 """Wall time of the VI and the baselines on the six examples of 002 §3.5, and the cost per step
 of Example 6 as the number of molecules grows.
 
-    python benchmarks/examples.py [--skip-scaling] [--only-scaling]
+    python benchmarks/examples.py [--skip-scaling] [--only-scaling] [--quick]
 
 Part 1 runs every integrator of `python -m s2jax reproduce` with its settings (step, horizon,
-saved states) through the same ahead-of-time compiled `simulate` (`s2jax.reproduce.
+saved states) through the same ahead-of-time compiled `simulate` (`s2jax.apps.reproduce.
 compile_simulation`), and reports the compile time and the median wall time of the runs after
 it: 7 runs for those under 2 s, 5 under 20 s, 3 above.
 
@@ -14,7 +14,8 @@ state; the time per step is (T(1000) − T(10))/990, which removes the fixed cos
 force, the inertia matrix). Beside it, one force evaluation (the O(n²) gradient of the pair
 potential) timed alone in a compiled loop: the explicit VI evaluates one force per step, so
 the two agree when the force dominates. float64, CPU. Results go to
-benchmarks/results/examples.json.
+benchmarks/results/examples.json; `--quick` runs 1 % of each horizon and n = 162 over 100 steps,
+and writes to a temporary folder.
 """
 
 import argparse
@@ -31,22 +32,22 @@ import jax.numpy as jnp  # noqa: E402
 from _common import RESULTS, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
+from s2jax.apps.reproduce import EXAMPLES, compile_simulation, step_grid  # noqa: E402
 from s2jax.models import lennard_jones_on_sphere as lj  # noqa: E402
-from s2jax.reproduce import EXAMPLES, compile_simulation, step_grid  # noqa: E402
 
 
 def _repeats(seconds):
     return 7 if seconds < 2 else 5 if seconds < 20 else 3
 
 
-def example_times():
+def example_times(horizon_scale):
     results = {}
     for number, example in EXAMPLES.items():
         q0, omega0 = example.model.paper_state()
         params = example.model.paper_params()
         runs = {}
         for run in example.runs:
-            dt, save_every, num_steps = step_grid(example, run)
+            dt, save_every, num_steps = step_grid(example, run, horizon_scale)
             go, compile_seconds = compile_simulation(
                 example.model.lagrangian,
                 q0,
@@ -78,7 +79,7 @@ def example_times():
             )
         results[f"example_{number}"] = {
             "title": example.title,
-            "horizon": example.horizon,
+            "horizon": example.horizon * horizon_scale,
             "runs": runs,
         }
     return results
@@ -115,10 +116,11 @@ def _force_seconds(q0, params, count, repeats):
     return median / count
 
 
-def lennard_jones_scaling():
+def lennard_jones_scaling(sizes, long):
+    """`sizes`: (icosphere subdivisions, repeats) per n; `long`: the steps of the long run."""
     results = {}
-    short, long = 10, 1000
-    for subdivisions, repeats in ((2, 7), (3, 5), (4, 3)):
+    short = 10
+    for subdivisions, repeats in sizes:
         q0, omega0 = lj.paper_state(subdivisions)
         params = lj.paper_params(subdivisions)
         n = q0.shape[0]
@@ -136,7 +138,7 @@ def lennard_jones_scaling():
             "ms_per_force_evaluation": 1e3 * force_seconds,
         }
         print(
-            f"n = {n:5d}: 1000 steps {t_long:7.3f} s, {1e3 * per_step:8.3f} ms/step, one force "
+            f"n = {n:5d}: {long} steps {t_long:7.3f} s, {1e3 * per_step:8.3f} ms/step, one force "
             f"{1e3 * force_seconds:8.3f} ms ({force_seconds / per_step:4.0%} of a step), fixed "
             f"{t_short - short * per_step:6.3f} s, compile {compile_seconds:5.2f} s",
             flush=True,
@@ -156,18 +158,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--only-scaling", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="1 % of each horizon, n = 162 only, to check it runs")
     args = parser.parse_args()
     # A partial run keeps the other part's results from the last full one.
     previous = RESULTS / "examples.json"
     payload = json.loads(previous.read_text()) if previous.exists() else {}
     payload.pop("machine", None)
     if not args.only_scaling:
-        payload["examples"] = example_times()
+        payload["examples"] = example_times(0.01 if args.quick else 1.0)
     if not args.skip_scaling:
-        payload["lennard_jones_scaling"] = lennard_jones_scaling()
+        sizes = ((2, 7),) if args.quick else ((2, 7), (3, 5), (4, 3))
+        payload["lennard_jones_scaling"] = lennard_jones_scaling(sizes, 100 if args.quick else 1000)
     # The machine may be shared: the load says how many cores the runs really had.
     payload["load_average_1_5_15_min_at_end"] = os.getloadavg()
-    path = write("examples", payload)
+    path = write("examples", payload, quick=args.quick)
     print(f"wrote {path}")
 
 

@@ -1,6 +1,6 @@
 """Cost of gradients through 10⁴ steps of the double spherical pendulum, per adjoint.
 
-    python benchmarks/gradients.py
+    python benchmarks/gradients.py [--quick]
 
 Same process, float64, CPU, medians of 5 runs after a warm-up:
 
@@ -15,8 +15,12 @@ Same process, float64, CPU, medians of 5 runs after a warm-up:
 - the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
   (what s2jax uses) against optimistix's Newton with `ImplicitAdjoint`.
 
-Results go to benchmarks/results/gradients.json.
+Results go to benchmarks/results/gradients.json; `--quick` runs 100 steps instead of 10⁴ and
+writes to a temporary folder.
 """
+
+import argparse
+import functools
 
 import diffrax
 import jax
@@ -25,10 +29,11 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import optimistix as optx  # noqa: E402
-from _common import median_time, write  # noqa: E402
+from _common import diffrax_solve, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
-from s2jax._geometry import cayley_displacement, dot  # noqa: E402
+
+# Private on purpose: the comparison below measures s2jax's own Newton solver, which is internal.
 from s2jax._newton import newton_root  # noqa: E402
 
 dsp = s2.models.double_spherical_pendulum
@@ -39,7 +44,7 @@ Q0, OMEGA0 = (jnp.asarray(x) for x in dsp.paper_state())
 PARAMS = {k: jnp.asarray(v) for k, v in dsp.paper_params().items()}
 
 
-def vi_loss(params, adjoint, num_steps=NUM_STEPS):
+def vi_loss(params, adjoint, num_steps):
     sol = s2.simulate(
         dsp.lagrangian, Q0, OMEGA0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
         adjoint=adjoint,
@@ -47,14 +52,11 @@ def vi_loss(params, adjoint, num_steps=NUM_STEPS):
     return jnp.sum(WEIGHTS * sol.q[-1])
 
 
-def tsit5_loss(params):
+def tsit5_loss(params, num_steps):
     system = s2.LagrangianSystem(dsp.lagrangian)
-    inertia = system.inertia(Q0, params)
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(lambda t, y, args: system.vector_field(*y, params, inertia)),
-        diffrax.Tsit5(), t0=0.0, t1=DT * NUM_STEPS, dt0=DT, y0=(Q0, OMEGA0),
-        stepsize_controller=diffrax.PIDController(rtol=1e-9, atol=1e-9),
-        adjoint=diffrax.RecursiveCheckpointAdjoint(), max_steps=100_000,
+    solution = diffrax_solve(
+        system, system.prepare(Q0, params), (Q0, OMEGA0), DT * num_steps, diffrax.Tsit5(),
+        rtol=1e-9, atol=1e-9, dt0=DT, max_steps=100_000, adjoint=diffrax.RecursiveCheckpointAdjoint(),
     )
     return jnp.sum(WEIGHTS * solution.ys[0][-1])
 
@@ -68,15 +70,17 @@ def newton_comparison():
     system = s2.LagrangianSystem(dsp.lagrangian)
 
     def residual_and_guess(params):
-        inertia = system.inertia(Q0, params)
+        args = system.prepare(Q0, params)
+        inertia = system.inertia(Q0, args)
         mass = jnp.diag(inertia)[:, None]
         coupled = lambda x: inertia @ x - mass * x  # noqa: E731
-        force = -system.potential_gradient(Q0, params)
+        force = -system.potential_gradient(Q0, args)
         d = DT * (mass * OMEGA0 - jnp.cross(Q0, coupled(jnp.cross(Q0, OMEGA0))))
         d = d + 0.5 * DT**2 * jnp.cross(Q0, force)
 
         def residual(f):
-            return 2.0 * mass * f / (1.0 + dot(f, f)[:, None]) + jnp.cross(Q0, coupled(cayley_displacement(f, Q0))) - d
+            displacement = s2.cayley_rotate(f, Q0) - Q0  # (F − I) q
+            return 2.0 * mass * f / (1.0 + jnp.sum(f * f, -1, keepdims=True)) + jnp.cross(Q0, coupled(displacement)) - d
 
         return residual, d / (2.0 * mass)
 
@@ -99,27 +103,31 @@ def newton_comparison():
 
 
 def main():
-    results = {"num_steps": NUM_STEPS, "dt": DT}
-    forward = jax.jit(lambda p: vi_loss(p, s2.DirectAdjoint()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 steps, to check that it runs")
+    quick = parser.parse_args().quick
+    num_steps = 100 if quick else NUM_STEPS
+    results = {"num_steps": num_steps, "dt": DT}
+    forward = jax.jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
     results["forward_s"], _ = median_time(lambda: forward(PARAMS), repeats=5)
-    print(f"VI forward, {NUM_STEPS} steps: {results['forward_s']:.3f} s")
+    print(f"VI forward, {num_steps} steps: {results['forward_s']:.3f} s")
     for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.ReversibleAdjoint()):
         name = type(adjoint).__name__
-        grad = jax.jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a)))
+        grad = jax.jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)))
         seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
-        memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a)), PARAMS)
-        memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, NUM_STEPS // 10)), PARAMS)
+        memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)), PARAMS)
+        memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps // 10)), PARAMS)
         results[name] = {
             "grad_s": seconds, "grad_over_forward": seconds / results["forward_s"],
-            "temp_bytes": memory, f"temp_bytes_{NUM_STEPS // 10}_steps": memory_small,
+            "temp_bytes": memory, f"temp_bytes_{num_steps // 10}_steps": memory_small,
         }
         print(f"{name:20s} grad {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward, "
-              f"XLA temp {memory / 1e6:.3f} MB ({memory_small / 1e6:.3f} MB at {NUM_STEPS // 10} steps)")
+              f"XLA temp {memory / 1e6:.3f} MB ({memory_small / 1e6:.3f} MB at {num_steps // 10} steps)")
 
     keys = ("m2", "l1", "l2", "g")
 
     def loss_of_four(x):
-        return vi_loss({**PARAMS, **dict(zip(keys, x))}, s2.DirectAdjoint())
+        return vi_loss({**PARAMS, **dict(zip(keys, x))}, s2.DirectAdjoint(), num_steps)
 
     # jax.jacfwd pushes the four tangents through one forward pass (batched JVPs).
     jacobian = jax.jit(jax.jacfwd(loss_of_four))
@@ -129,16 +137,17 @@ def main():
     results["forward_mode_over_forward"] = seconds / results["forward_s"]
     print(f"forward mode, 4 params: {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward")
 
-    grad = jax.jit(jax.grad(tsit5_loss))
+    tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
+    grad = jax.jit(tsit5_grad)
     seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
     results["diffrax_tsit5_grad_s"] = seconds
-    results["diffrax_tsit5_temp_bytes"] = temp_bytes(jax.grad(tsit5_loss), PARAMS)
+    results["diffrax_tsit5_temp_bytes"] = temp_bytes(tsit5_grad, PARAMS)
     print(f"diffrax Tsit5 (1e-9) + RecursiveCheckpointAdjoint grad: {seconds:.3f} s, "
           f"XLA temp {results['diffrax_tsit5_temp_bytes'] / 1e6:.1f} MB")
 
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})
-    path = write("gradients", {"method": "medians of 5 runs after a warm-up", "results": results})
+    path = write("gradients", {"method": "medians of 5 runs after a warm-up", "results": results}, quick=quick)
     print(f"wrote {path}")
 
 

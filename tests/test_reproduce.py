@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
-from s2jax import __main__ as cli, reproduce
+from s2jax.apps import cli, reproduce
 
 # To keep the suite short, the end-to-end run covers Examples 1 (implicit VI, RK45), 3 (explicit
 # VI, RK2, RK2 + projection) and 6 (Fig. 3.7): every integrator and figure kind. Examples 2, 4

@@ -7,7 +7,6 @@ Example 6) and saves the trajectories as `.npz`. The steps are `run_example`,
 """
 
 import dataclasses
-import inspect
 import pathlib
 import time
 from collections.abc import Callable
@@ -18,18 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import __version__
-from ._diagnostics import energy, figures_of_merit, unit_length_error
-from ._integrators import (
-    AdaptiveRungeKutta45,
-    ExplicitVariationalIntegrator,
-    RungeKutta2,
-    RungeKutta2WithReprojection,
-    VariationalIntegrator,
-)
-from ._simulate import simulate
-from ._validation import check_initial_state
-from .models import (
+import s2jax as s2
+from s2jax.models import (
     coupled_spherical_pendula,
     double_spherical_pendulum,
     elastic_rod,
@@ -93,7 +82,7 @@ class Example:
 _VI = {"color": "tab:red", "linestyle": "-"}  # the paper's colours: VI red, solid,
 _RK = {"color": "tab:blue", "linestyle": ":"}  # Runge–Kutta blue, dotted,
 _PROJECTED = {"color": "black", "linestyle": "--"}  # RK2 with projection black, dashed
-_EXPLICIT = ExplicitVariationalIntegrator()
+_EXPLICIT = s2.ExplicitVariationalIntegrator()
 
 
 def _vi(dt, integrator=_EXPLICIT, label="VI", key="vi", **style):
@@ -115,8 +104,8 @@ EXAMPLES = {
     1: Example(
         1, "double_pendulum", "double spherical pendulum", double_spherical_pendulum,
         runs=(
-            _vi(0.01, VariationalIntegrator()),
-            _baseline(AdaptiveRungeKutta45(rtol=3e-5, atol=3e-8)),
+            _vi(0.01, s2.VariationalIntegrator()),
+            _baseline(s2.AdaptiveRungeKutta45(rtol=3e-5, atol=3e-8)),
         ),
         horizon=100.0, sample=0.01,
         paper={"VI": _paper(2.1641e-5, 8.8893e-15), "RK45": _paper(7.8586e-4, 6.2742e-5)},
@@ -131,11 +120,11 @@ EXAMPLES = {
         2, "three_body", "3-body problem on the sphere", n_body_on_sphere,
         runs=(
             _vi(1e-3, label="VI, h = 1e-3", key="vi_h1e-3", marker="o", **_EVERY_SECOND),
-            _baseline(RungeKutta2(), 1e-3, "RK2, h = 1e-3", "rk2_h1e-3", marker="s",
+            _baseline(s2.RungeKutta2(), 1e-3, "RK2, h = 1e-3", "rk2_h1e-3", marker="s",
                       **_EVERY_SECOND),
             _vi(1e-4, label="VI, h = 1e-4", key="vi_h1e-4", marker="o", linestyle="--",
                 **_EVERY_SECOND),
-            _baseline(RungeKutta2(), 1e-4, "RK2, h = 1e-4", "rk2_h1e-4", marker="s",
+            _baseline(s2.RungeKutta2(), 1e-4, "RK2, h = 1e-4", "rk2_h1e-4", marker="s",
                       linestyle="-.", **_EVERY_SECOND),
         ),
         horizon=10.0, sample=1e-3,
@@ -154,8 +143,8 @@ EXAMPLES = {
         coupled_spherical_pendula,
         runs=(
             _vi(5e-3),
-            _baseline(RungeKutta2(), 5e-3, "RK2", "rk2"),
-            _baseline(RungeKutta2WithReprojection(), 5e-3, "RK2 + projection", "rk2_projection",
+            _baseline(s2.RungeKutta2(), 5e-3, "RK2", "rk2"),
+            _baseline(s2.RungeKutta2WithReprojection(), 5e-3, "RK2 + projection", "rk2_projection",
                       _PROJECTED),
         ),
         horizon=10.0, sample=5e-3,
@@ -169,8 +158,8 @@ EXAMPLES = {
     4: Example(
         4, "elastic_rod", "elastic rod of 10 rigid elements", elastic_rod,
         runs=(
-            _vi(1e-4, VariationalIntegrator()),
-            _baseline(AdaptiveRungeKutta45(rtol=5e-4, atol=5e-7)),
+            _vi(1e-4, s2.VariationalIntegrator()),
+            _baseline(s2.AdaptiveRungeKutta45(rtol=5e-4, atol=5e-7)),
         ),
         horizon=3.0, sample=1e-3,
         paper={"VI": _paper(1.4310e-6, 2.9747e-14), "RK45": _paper(3.5244e-4, 1.8725e-5)},
@@ -184,7 +173,7 @@ EXAMPLES = {
     ),
     5: Example(
         5, "magnetic_dipoles", "4 × 4 array of magnetic dipoles", magnetic_dipoles,
-        runs=(_vi(2.5e-4), _baseline(AdaptiveRungeKutta45(rtol=3e-4, atol=3e-7))),
+        runs=(_vi(2.5e-4), _baseline(s2.AdaptiveRungeKutta45(rtol=3e-4, atol=3e-7))),
         horizon=10.0, sample=1e-3,
         paper={"VI": _paper(8.5403e-10, 1.6140e-14), "RK45": _paper(2.9989e-7, 1.7594e-4)},
         settings=(
@@ -254,20 +243,19 @@ def compile_simulation(
     """`simulate` compiled ahead of time, so that compiling and running can be timed apart.
 
     The initial state is checked here (`simulate` skips its eager checks for traced input;
-    the models' Lagrangians are checked by the test suite). `progress` is passed on only if
-    this version of `simulate` takes it.
+    the models' Lagrangians are checked by the test suite).
 
     **Returns:** `(run, compile_seconds)`; `run()` returns a `Solution`.
     """
-    check_initial_state(q0, omega0)
-    options = dict(dt=dt, num_steps=num_steps, integrator=integrator, save_every=save_every)
-    if progress and "progress" in inspect.signature(simulate).parameters:
-        options["progress"] = True
+    s2.check_initial_state(q0, omega0)
+    options = dict(
+        dt=dt, num_steps=num_steps, integrator=integrator, save_every=save_every, progress=progress
+    )
     q0, omega0 = jnp.asarray(q0), jnp.asarray(omega0)
     dynamic, static = eqx.partition(_as_arrays(params), eqx.is_array)
 
     def solve(q0, omega0, dynamic):
-        return simulate(lagrangian, q0, omega0, eqx.combine(dynamic, static), **options)
+        return s2.simulate(lagrangian, q0, omega0, eqx.combine(dynamic, static), **options)
 
     start = time.perf_counter()
     compiled = jax.jit(solve).lower(q0, omega0, dynamic).compile()
@@ -304,8 +292,8 @@ def run_example(example: Example, horizon_scale: float = 1.0) -> list[RunResult]
         start = time.perf_counter()
         solution = jax.block_until_ready(go())
         wall_seconds = time.perf_counter() - start
-        e = energy(example.model.lagrangian, solution.q, solution.omega, params)
-        merits = figures_of_merit(
+        e = s2.energy(example.model.lagrangian, solution.q, solution.omega, params)
+        merits = s2.figures_of_merit(
             example.model.lagrangian, solution.q, solution.omega, params, energies=e
         )
         results.append(
@@ -363,10 +351,10 @@ def write_figures(
 ) -> list[pathlib.Path]:
     """Fig. 3.<number> (energy and unit-length errors against t), and Fig. 3.7 for Example 6."""
     # matplotlib is imported only when figures are drawn.
-    from .plot import kinetic_energy_on_faces, plot_energy_and_unit_length, plot_sphere_faces
+    from s2jax.plot import kinetic_energy_on_faces, plot_energy_and_unit_length, plot_sphere_faces
 
     curves = {
-        r.run.label: (r.t, np.abs(r.energy - r.energy[0]), np.asarray(unit_length_error(r.q)))
+        r.run.label: (r.t, np.abs(r.energy - r.energy[0]), np.asarray(s2.unit_length_error(r.q)))
         for r in results
     }
     styles = {r.run.label: r.run.style for r in results}
@@ -402,7 +390,7 @@ def write_trajectories(
 ) -> pathlib.Path:
     """`<slug>.npz`: per run t, q, ω, energy, step, steps and integrator; the parameters
     (`params.<name>`), the horizon and the s2jax version."""
-    arrays = {"example": np.array(example.number), "s2jax_version": np.array(__version__)}
+    arrays = {"example": np.array(example.number), "s2jax_version": np.array(s2.__version__)}
     for r in results:
         key = r.run.key
         arrays.update(
