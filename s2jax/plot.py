@@ -8,6 +8,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
 
+from .io import atomic_write  # noqa: E402
+
 
 def plot_energy_and_unit_length(runs, path, title, styles=None):
     """Two panels, |E − E₀| and max_i ||q_i| − 1| against t, on log scales, one line per run.
@@ -34,8 +36,7 @@ def plot_energy_and_unit_length(runs, path, title, styles=None):
     axes[0].legend(fontsize="small")
     axes[0].set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path, dpi=120)
 
 
 def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(50.0, -90.0)):
@@ -92,8 +93,7 @@ def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(
         extend="max",
     )
     fig.suptitle(title)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, dpi=110)
 
 
 def kinetic_energy_on_faces(q, omega, masses, vertices, faces):
@@ -131,3 +131,12 @@ def _vertex_neighbours(faces):
     rings = [sorted({g for v in corners for g in faces_of_vertex[v]}) for corners in faces]
     width = max(len(r) for r in rings)
     return np.array([r + [-1] * (width - len(r)) for r in rings])
+
+
+def _save(fig, path, dpi):
+    """Write `fig` as a PNG atomically (see `s2jax.io.atomic_write`) and close it."""
+    try:
+        with atomic_write(path) as file:
+            fig.savefig(file, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)

@@ -1,6 +1,8 @@
 """`python -m s2jax reproduce`: end to end on shortened horizons, and the examples table."""
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -95,3 +97,15 @@ def test_command_line(monkeypatch, tmp_path):
     for bad in (["reproduce", "7"], ["reproduce", "--horizon-scale", "0"]):
         with pytest.raises(SystemExit):
             cli.main(bad)
+
+
+def test_command_line_file_system_errors_are_one_line(tmp_path):
+    """An --out that is a file (likewise no permission, a full disk): one line, exit status 1."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    run = subprocess.run(
+        [sys.executable, "-m", "s2jax", "double-pendulum", "--out", str(blocker)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [f"python -m s2jax: cannot write {blocker}: File exists"]

@@ -6,6 +6,7 @@ python -m s2jax double-pendulum [--out DIR]      (= reproduce 1)
 
 import argparse
 import pathlib
+import sys
 
 import jax
 
@@ -62,7 +63,15 @@ def main(argv=None) -> int:
             parser.error(str(error))
         if not args.horizon_scale > 0:
             parser.error(f"--horizon-scale must be positive; got {args.horizon_scale}")
-        reproduce(numbers, args.out, args.horizon_scale)
-    elif args.command == "double-pendulum":
-        reproduce([1], args.out)
+    try:
+        if args.command == "reproduce":
+            reproduce(numbers, args.out, args.horizon_scale)
+        else:
+            reproduce([1], args.out)
+    except OSError as error:
+        # A file-system problem (an --out that is a file, no permission, a full disk) is the
+        # user's to fix: one line, not a traceback. Files already written stay whole.
+        where = f" {error.filename}" if error.filename else f" {args.out}"
+        print(f"python -m s2jax: cannot write{where}: {error.strerror or error}", file=sys.stderr)
+        return 1
     return 0

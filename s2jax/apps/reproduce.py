@@ -409,7 +409,8 @@ def write_trajectories(
     for name, value in example.model.paper_params().items():
         arrays[f"params.{name}"] = np.asarray(value)
     path = out / f"{example.slug}.npz"
-    np.savez_compressed(path, **arrays)
+    with s2.io.atomic_write(path) as file:
+        np.savez_compressed(file, **arrays)
     return path
 
 
