@@ -8,7 +8,6 @@ single-shooting loss (S = 1) is a narrow valley among plateaus and spurious loca
 short segments keep each simulation close to its linearisation.
 """
 
-import functools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -20,10 +19,12 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from ._chart import tangent_basis
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
-from ._geometry import cayley_rotate
+from ._errors import SimulationError
 from ._integrators import AbstractIntegrator, VariationalIntegrator
-from ._results import RESULTS
+from ._optimise import minimise, named_optimizer
+from ._shooting import MultipleShooting
 from ._simulate import simulate
 
 
@@ -62,65 +63,25 @@ class FitResult(eqx.Module):
     continuity_defect: Float[Array, ""]
 
 
-class _MultipleShooting(eqx.Module):
-    """The residuals of a multiple-shooting fit as functions of z = (log θ, chart coordinates).
+class _FitProblem(eqx.Module):
+    """The residuals of a multiple-shooting fit as functions of z = (log θ, chart coordinates)."""
 
-    Fitted segment starts live in a chart of T(S²)ⁿ around base points (q̄, ω̄): with (e₁, e₂)
-    an orthonormal basis of T_q̄ S², coordinates a, b ∈ R² give δq = a₁e₁ + a₂e₂,
-    δω = b₁e₁ + b₂e₂, F = cay(½ q̄ × δq) and (q, ω) = (F q̄, F(ω̄ + δω)). Every z maps exactly
-    onto T(S²)ⁿ (F is a rotation, so F q̄ · F(ω̄ + δω) = 0), so the optimiser works on
-    unconstrained numbers; and the chart has no redundant directions, so JᵀJ is invertible.
-    """
-
-    lagrangian: Lagrangian
-    integrator: AbstractIntegrator
-    free: tuple[str, ...]
-    steps_per_segment: int
-    fit_initial_state: bool
+    shooting: MultipleShooting
+    free: tuple[str, ...] = eqx.field(static=True)
     params: Params  # the known ones
-    dt: Float[Array, ""]
-    q0: Float[Array, "n 3"]
-    omega0: Float[Array, "n 3"]
-    base_q: Float[Array, "F n 3"]
-    base_omega: Float[Array, "F n 3"]
-    basis: Float[Array, "F n 2 3"]
     segment: Int[Array, " J"]
     step: Int[Array, " J"]
     bodies: Int[Array, " b"]
     observations: Float[Array, "J b 3"]
     continuity_weight: Float[Array, ""]
 
-    def starts(self, coordinates):
-        a, b = coordinates
-        f = 0.5 * jnp.cross(self.base_q, jnp.einsum("fnk,fnkc->fnc", a, self.basis))
-        q = cayley_rotate(f, self.base_q)
-        omega = cayley_rotate(f, self.base_omega + jnp.einsum("fnk,fnkc->fnc", b, self.basis))
-        if not self.fit_initial_state:
-            q = jnp.concatenate([self.q0[None], q])
-            omega = jnp.concatenate([self.omega0[None], omega])
-        return q, omega
-
     def residuals(self, z):
         """Data residuals (J, b, 3), continuity jumps (S − 1, 2, n, 3), and a failure flag."""
         log_theta, coordinates = z
         params = {**self.params, **{key: jnp.exp(x) for key, x in zip(self.free, log_theta)}}
-        q_start, omega_start = self.starts(coordinates)
-
-        def run(q, omega):
-            solution = simulate(
-                self.lagrangian, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment,
-                integrator=self.integrator, throw=False,
-            )
-            return solution.q, solution.omega, solution.result != RESULTS.successful
-
-        q, omega, failed = jax.vmap(run)(q_start, omega_start)
+        q, _, jumps, failed = self.shooting.run(params, coordinates)
         predicted = q[self.segment, self.step][:, self.bodies]
-        # ω-jumps are scaled by the segment duration T, making them angles: δω moves q by ~T δω.
-        duration = self.dt * self.steps_per_segment
-        jumps = jnp.stack(
-            [q[:-1, -1] - q_start[1:], duration * (omega[:-1, -1] - omega_start[1:])], axis=1
-        )
-        return predicted - self.observations, jumps, jnp.any(failed)
+        return predicted - self.observations, jumps, failed
 
     def objective(self, data, jumps, failed):
         """mean(data residual²) + w mean(jump²); +∞ if a step failed."""
@@ -131,33 +92,6 @@ class _MultipleShooting(eqx.Module):
 
     def loss(self, z):
         return self.objective(*self.residuals(z))
-
-
-@functools.cache
-def _named_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
-    # Cached so that repeated fits reuse the same object, and hence the compiled iteration.
-    if name == "lbfgs":
-        return optax.lbfgs()
-    if name == "adam":
-        return optax.adam(learning_rate)
-    raise ValueError(f'optimizer must be "lbfgs", "adam" or an optax transformation; got {name!r}')
-
-
-@eqx.filter_jit
-def _iterate(problem, optimizer, z, state):
-    """One optimiser step; returns the new iterate, state and the loss at the old iterate."""
-    if optax.tree.get(state, "value") is None:  # optimisers without a line search
-        value, grad = jax.value_and_grad(problem.loss)(z)
-    else:  # L-BFGS keeps the value and gradient of the accepted line-search point
-        value, grad = optax.value_and_grad_from_state(problem.loss)(z, state=state)
-    updates, state = optimizer.update(grad, state, z, value=value, grad=grad, value_fn=problem.loss)
-    return optax.apply_updates(z, updates), state, value
-
-
-def _strongly_typed(tree):
-    # optax initialises some scalars weakly typed and updates them strongly typed; without
-    # this the second iteration would compile `_iterate` again.
-    return jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)
 
 
 @eqx.filter_jit
@@ -192,14 +126,6 @@ def _eliminate_starts(jacobian, independent, data, jumps):
     effective = data_rows[:, independent] - data_rows[:, dependent] @ elimination
     shifted = data.ravel() - data_rows[:, dependent] @ offset
     return effective, shifted, lambda dx: -(offset + elimination @ dx)
-
-
-def _tangent_basis(q):
-    """An orthonormal basis (e₁, e₂) of T_q S² for each row of q: shape (..., 2, 3)."""
-    axis = np.eye(3)[np.argmin(np.abs(q), axis=-1)]  # the coordinate axis least aligned with q
-    e1 = np.cross(axis, q)
-    e1 /= np.linalg.norm(e1, axis=-1, keepdims=True)
-    return np.stack([e1, np.cross(q, e1)], axis=-2)
 
 
 def _grid_steps(times, dt) -> np.ndarray:
@@ -347,24 +273,39 @@ def fit(
     if noise_std is not None:
         noise_std = _positive(noise_std, "noise_std")
     if isinstance(optimizer, str):
-        optimizer = _named_optimizer(optimizer, _positive(learning_rate, "learning_rate"))
+        optimizer = named_optimizer(optimizer, _positive(learning_rate, "learning_rate"))
+    lengths = np.linalg.norm(observations, axis=-1)
+    if np.any(np.abs(lengths - 1.0) > 0.5):
+        j, k = np.argwhere(np.abs(lengths - 1.0) > 0.5)[0]
+        raise ValueError(
+            f"observations[{j}] of body {bodies[k]} has length {lengths[j, k]:.3g}: observations are "
+            "directions q̃ = q + noise of bodies on the unit sphere (length ≈ 1)"
+        )
 
     length = -(-int(steps[-1]) // segments)  # ⌈K / S⌉ steps per segment
-    guess = simulate(  # also validates q0, ω0, the Lagrangian and the integrator
-        lagrangian, q0, omega0, params, dt=dt, num_steps=segments * length,
-        integrator=integrator, save_every=length,
-    )
+    try:  # also validates q0, ω0, the Lagrangian and the integrator
+        guess = simulate(
+            lagrangian, q0, omega0, params, dt=dt, num_steps=segments * length,
+            integrator=integrator, save_every=length,
+        )
+    except SimulationError as error:
+        reason = str(error).split(" Pass throw=False")[0]
+        raise SimulationError(
+            f"s2jax.fit: the simulation from q0, omega0 with the initial params fails, so there is "
+            f"nothing to start from ({reason}). Start from a better guess or a smaller dt."
+        ) from None
     first = 0 if fit_initial_state else 1
     base_q, base_omega = np.asarray(guess.q[first:-1]), np.asarray(guess.omega[first:-1])
     segment = np.minimum(steps // length, segments - 1)
     known = {key: value for key, value in params.items() if key not in free}
-    arrays = (
-        dt, q0, omega0, base_q, base_omega, _tangent_basis(base_q), segment,
-        steps - segment * length, np.asarray(bodies), observations, weights[0],
+    shooting = MultipleShooting(
+        lagrangian, integrator, jnp.asarray(dt), length, jnp.asarray(q0), jnp.asarray(omega0),
+        jnp.asarray(base_q), jnp.asarray(base_omega), jnp.asarray(tangent_basis(base_q)), fit_initial_state,
     )
     # The guesses of the free params are not in `problem`: new guesses do not recompile.
-    problem = _MultipleShooting(
-        lagrangian, integrator, free, length, fit_initial_state, known, *map(jnp.asarray, arrays)
+    problem = _FitProblem(
+        shooting, free, known,
+        *map(jnp.asarray, (segment, steps - segment * length, np.asarray(bodies), observations, weights[0])),
     )
     log_theta = tuple(jnp.log(jnp.asarray(params[key], dtype=float)) for key in free)
     zeros = jnp.zeros(base_q.shape[:2] + (2,))
@@ -373,14 +314,7 @@ def fit(
     history = []
     for weight in weights:
         problem = eqx.tree_at(lambda p: p.continuity_weight, problem, jnp.asarray(weight))
-        state = _strongly_typed(optimizer.init(z))
-        stage, converged = [], False
-        for _ in range(num_iterations):
-            z, state, value = _iterate(problem, optimizer, z, state)
-            stage.append(float(value))
-            if len(stage) > 1 and abs(stage[-2] - stage[-1]) <= tolerance * abs(stage[-2]):
-                converged = True
-                break
+        z, stage, converged = minimise(problem.loss, z, optimizer, num_iterations, tolerance)
         history += stage
 
     # Flattened z is (log θ, a, b), a and b the chart coordinates of shape (S or S − 1, n, 2).
@@ -422,7 +356,7 @@ def fit(
     covariance = theta[:, None] * log_covariance[:num_params, :num_params] * theta[None, :]
     errors = jnp.split(jnp.sqrt(jnp.diag(covariance)), np.cumsum([x.size for x in log_theta])[:-1])
 
-    segment_q, segment_omega = problem.starts(z[1])
+    segment_q, segment_omega = problem.shooting.starts(z[1])
     return FitResult(
         params={**params, **{key: jnp.exp(x) for key, x in zip(free, z[0])}},
         standard_errors={key: e.reshape(np.shape(params[key])) for key, e in zip(free, errors)},

@@ -127,3 +127,23 @@ def test_rejects_bad_input(trajectory, change, message):
     params, observations = arguments.pop("params"), arguments.pop("observations")
     with pytest.raises(ValueError, match=message):
         fit(model.lagrangian, params, observations, dt=DT, q0=q0, omega0=omega0, **arguments)
+
+
+def test_rejects_observations_that_are_not_directions(trajectory):
+    q0, omega0, _ = trajectory
+    with pytest.raises(ValueError, match=r"observations\[0\] of body 1 has length 0: observations are directions"):
+        fit(
+            model.lagrangian, GUESS, np.zeros((OBSERVED_STEPS.size, 1, 3)), times=OBSERVED_STEPS * DT, bodies=[1],
+            dt=DT, q0=q0, omega0=omega0, free=FREE,
+        )
+
+
+def test_a_failing_initial_simulation_names_fit(trajectory):
+    q0, omega0, truth = trajectory
+    observations = np.asarray(truth.q[OBSERVED_STEPS][:, [1]])
+    with pytest.raises(s2.SimulationError, match=r"s2jax.fit: the simulation from q0.*step 0 → 1") as error:
+        fit(
+            model.lagrangian, GUESS, observations, times=OBSERVED_STEPS * DT, bodies=[1], dt=DT, q0=q0,
+            omega0=omega0, free=FREE, integrator=s2.VariationalIntegrator(max_steps=1),
+        )
+    assert "throw=False" not in str(error.value)

@@ -1,0 +1,44 @@
+"""A chart of T(S²)ⁿ: two coordinates for δq and two for δω per body, mapped exactly onto T(S²)ⁿ.
+
+Around base points (q̄, ω̄), with (e₁, e₂) an orthonormal basis of T_q̄ S² per body, coordinates
+a, b ∈ ℝ² give δq = a₁e₁ + a₂e₂, δω = b₁e₁ + b₂e₂, F = cay(½ q̄ × δq) (002 (3.15)) and
+
+    (q, ω) = (F q̄, F(ω̄ + δω)).
+
+Every coordinate maps exactly onto T(S²)ⁿ (F is a rotation, so F q̄ · F(ω̄ + δω) = 0), so an
+optimiser works on unconstrained numbers; and the chart has no redundant directions (4 per
+body), so the Jacobians of least-squares problems in it have full rank. Parameter fitting
+(`s2jax.fit`) and trajectory optimisation use it for the unknown states of multiple shooting.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+
+from ._custom_types import Array, Float
+from ._geometry import cayley_rotate
+
+
+def tangent_basis(q: Float[Array, "... 3"]) -> np.ndarray:
+    """An orthonormal basis (e₁, e₂) of T_q S² for each row of q, shape (..., 2, 3) (numpy).
+
+    e₁ is built from the coordinate axis least aligned with q, so it is never degenerate.
+    """
+    q = np.asarray(q)
+    axis = np.eye(3)[np.argmin(np.abs(q), axis=-1)]
+    e1 = np.cross(axis, q)
+    e1 /= np.linalg.norm(e1, axis=-1, keepdims=True)
+    return np.stack([e1, np.cross(q, e1)], axis=-2)
+
+
+def chart_to_state(
+    base_q: Float[Array, "*batch n 3"],
+    base_omega: Float[Array, "*batch n 3"],
+    basis: Float[Array, "*batch n 2 3"],
+    a: Float[Array, "*batch n 2"],
+    b: Float[Array, "*batch n 2"],
+) -> tuple[Float[Array, "*batch n 3"], Float[Array, "*batch n 3"]]:
+    """The point (F q̄, F(ω̄ + δω)) of T(S²)ⁿ with coordinates (a, b) around (q̄, ω̄)."""
+    f = 0.5 * jnp.cross(base_q, jnp.einsum("...k,...kc->...c", a, basis))
+    q = cayley_rotate(f, base_q)
+    omega = cayley_rotate(f, base_omega + jnp.einsum("...k,...kc->...c", b, basis))
+    return q, omega
