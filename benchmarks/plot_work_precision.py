@@ -175,21 +175,6 @@ def summarise(points, targets, structure_preserving):
     }
 
 
-COLOURS = {
-    "VI": "tab:blue",
-    "VI-4": "tab:orange",
-    "VI-6": "tab:green",
-    "LieEuler": "tab:olive",
-    "LieEulerHeun": "tab:cyan",
-    "RKMK3": "tab:pink",
-    "RKMK4": "tab:purple",
-    "CFRK4": "tab:brown",
-    "RK4": "tab:gray",
-    "Tsit5": "tab:red",
-    "Dopri8": "black",
-}
-
-
 def plot(points, targets, structure_preserving, path):
     fig, axes = plt.subplots(2, 2, figsize=(12, 9.5), sharey="row")
     for row, horizon in enumerate(horizons(points)):
