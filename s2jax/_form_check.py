@@ -28,8 +28,8 @@ def _rules(lagrangian, q, omega, params) -> tuple[Float[Array, "n n"], list[tupl
     costs O(1) Lagrangian gradients beyond the n tangents of M, for any n). M is compared at q,
     at −q, at a rotation of q and at a random configuration: the first three share the Gram
     matrix (q_i·q_j), so an inertia that depends on q only through it passes them, but not the
-    fourth. Quadraticity is checked at q̇ = ω × q and at a second tangent velocity. NaN fails
-    every rule (the comparisons are written as `~(x <= tol)`).
+    fourth. Quadraticity is checked along q̇ = ω × q and a second tangent velocity, by the first
+    and third derivatives of L(q, s q̇) in s. NaN fails every rule (the comparisons are written as `~(x <= tol)`).
     """
     inertias, probes, products, residuals = _form_quantities(lagrangian, q, omega, params)
     inertia = inertias[0]
@@ -109,10 +109,19 @@ def _form_quantities(lagrangian, q, omega, params):
         momentum = lambda qdot: jax.grad(lagrangian, argnums=1)(q, qdot, params)  # noqa: E731
         return jax.jvp(momentum, (jnp.zeros_like(q),), (v,))[1]
 
-    def quadratic_residual(qdot):
-        kinetic = lagrangian(q, qdot, params) - lagrangian(q, jnp.zeros_like(q), params)
-        return kinetic - 0.5 * jnp.einsum("ij,ia,ja->", inertias[0], qdot, qdot)
+    def non_quadratic(qdot):
+        # g′(0) and g‴(1) for g(s) = L(q, s q̇) both vanish when L − L(q, 0) is a quadratic
+        # form in q̇. V(q) enters neither (its tangent is exactly zero), so a large V at the
+        # probed configuration cannot bury the kinetic energy in round-off.
+        def derivative(g):
+            return lambda s: jax.jvp(g, (s,), (jnp.ones_like(s),))[1]
+
+        def line(s):
+            return lagrangian(q, s * qdot, params)
+
+        zero, one = jnp.zeros((), q.dtype), jnp.ones((), q.dtype)
+        return jnp.stack([derivative(line)(zero), derivative(derivative(derivative(line)))(one)])
 
     other = jnp.cross(q @ rotation.T, q)
     velocities = jnp.stack([system.velocity(q, omega), other])
-    return inertias, probes, jax.vmap(hessian_product)(probes), jax.vmap(quadratic_residual)(velocities)
+    return inertias, probes, jax.vmap(hessian_product)(probes), jax.vmap(non_quadratic)(velocities)

@@ -23,6 +23,7 @@ from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError, error_if
 from ._force import AbstractForce, Force
 from ._form_check import check_lagrangian_form, lagrangian_form_is_valid
+from ._geometry import random_state
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
 from ._integrators.base import IntegratorState, State
 from ._results import RESULTS
@@ -241,8 +242,10 @@ def simulate(
         check_initial_state(q0, omega0, dt)
     if concrete_params:
         check_parameters(params)
-    if concrete and concrete_params:
-        inertia = check_lagrangian_form(lagrangian, q0, omega0, params)
+        # M of (2.2) does not depend on q, so with known params the form can be checked before
+        # compiling even when the state is traced: at a fixed random state of the same shape.
+        probe = (q0, omega0) if concrete else random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
+        inertia = check_lagrangian_form(lagrangian, *probe, params)
         if integrator.requires_diagonal_inertia:
             off = inertia - np.diag(np.diag(inertia))
             if np.any(off != 0):
@@ -254,7 +257,7 @@ def simulate(
 
     solution = _integrate(
         system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw,
-        not (concrete and concrete_params),
+        not concrete_params,
     )
     if throw:
         codes = solution.result._value

@@ -21,6 +21,7 @@ def test_weights_are_consistent():
 
 
 @pytest.mark.parametrize("order, steps", [(4, [10, 20, 40, 80]), (6, [20, 30, 45, 68])])
+@pytest.mark.slow
 def test_order_against_dop853(order, steps):
     q0, omega0 = dsp.paper_state()
     params = dsp.paper_params()
@@ -37,6 +38,7 @@ def test_order_against_dop853(order, steps):
     assert errors[-1] > 1e-11  # still far above the reference's error
 
 
+@pytest.mark.slow
 def test_composed_vi_keeps_unit_length():
     q0, omega0 = dsp.paper_state()
     sol = s2.simulate(

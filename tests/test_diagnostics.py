@@ -2,11 +2,13 @@
 
 import jax
 import numpy as np
+import pytest
 
 import s2jax as s2
 from s2jax import _diagnostics
 
 
+@pytest.mark.slow
 def test_chunked_energy_matches_one_batch(monkeypatch):
     model = s2.models.n_body_on_sphere
     params = model.paper_params()
@@ -24,6 +26,7 @@ def test_chunked_energy_matches_one_batch(monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_figures_of_merit_reuse_given_energies():
     model = s2.models.n_body_on_sphere
     params = model.paper_params()

@@ -42,6 +42,7 @@ def noise_free_fit(trajectory):
     return _fit(trajectory, observations, noise_std=NOISE)
 
 
+@pytest.mark.slow
 def test_recovers_parameters_from_noise_free_data(noise_free_fit):
     for key in FREE:
         assert abs(float(noise_free_fit.params[key]) / TRUTH[key] - 1) < 5e-3, key
@@ -50,6 +51,7 @@ def test_recovers_parameters_from_noise_free_data(noise_free_fit):
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "lbfgs"])
+@pytest.mark.slow
 def test_optimizer_alone_recovers_parameters_from_noise_free_data(trajectory, optimizer):
     observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
     result = _fit(
@@ -60,6 +62,7 @@ def test_optimizer_alone_recovers_parameters_from_noise_free_data(trajectory, op
         assert abs(float(result.params[key]) / TRUTH[key] - 1) < 5e-3, key
 
 
+@pytest.mark.slow
 def test_noisy_fit_is_within_three_standard_errors(trajectory):
     clean = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
     noise = NOISE * np.random.default_rng(0).normal(size=clean.shape)
@@ -72,6 +75,7 @@ def test_noisy_fit_is_within_three_standard_errors(trajectory):
     assert abs(float(result.noise_std) / NOISE - 1) < 0.15
 
 
+@pytest.mark.slow
 def test_multiple_shooting_joins_segments_and_marginalises_their_starts(trajectory, noise_free_fit):
     q0, omega0, truth = trajectory
     result = noise_free_fit

@@ -28,6 +28,7 @@ def _reference(q0, omega0, t1, c):
 
 
 @pytest.mark.parametrize("integrator", [s2.VariationalIntegrator(), s2.ExplicitVariationalIntegrator()])
+@pytest.mark.slow
 def test_damped_pendulum_is_second_order(integrator):
     """Error at T = 2 s against DOP853 has log–log slope 2 ± 0.2 over four steps."""
     q0, omega0 = pendulum.paper_state()
@@ -65,6 +66,7 @@ def test_zero_damping_is_bitwise_the_unforced_run():
     assert np.array_equal(free.q, damped.q) and np.array_equal(free.omega, damped.omega)
 
 
+@pytest.mark.slow
 def test_gradient_in_the_damping_coefficient_matches_finite_differences():
     q0, omega0 = pendulum.paper_state()
 

@@ -57,6 +57,7 @@ def _float_params(model):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("kind", ["final", "trajectory"])
+@pytest.mark.slow
 def test_gradients_match_finite_differences(case, kind):
     """Each param and the initial ω, over 1000 steps, to 1e-6 relative."""
     model, integrator, dt, names = CASES[case]
@@ -81,6 +82,7 @@ def test_gradients_match_finite_differences(case, kind):
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_adjoints_agree(case):
     model, integrator, dt, names = CASES[case]
     params = _float_params(model)
@@ -96,6 +98,7 @@ def test_adjoints_agree(case):
             np.testing.assert_allclose(other[key], direct[key], rtol=1e-8, err_msg=f"{name} {key}")
 
 
+@pytest.mark.slow
 def test_adjoints_agree_under_vmap():
     params = _float_params(dsp)
     lengths = jnp.array([9.0, 9.81, 10.5])
@@ -113,6 +116,7 @@ def test_adjoints_agree_under_vmap():
     np.testing.assert_allclose(direct["l1"][2], alone["l1"], rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_forward_and_reverse_mode_agree():
     params = _float_params(dsp)
     loss = functools.partial(_loss, dsp, s2.VariationalIntegrator(), 0.01, "final", s2.DirectAdjoint())
@@ -137,6 +141,7 @@ def _gradient_temp_bytes(adjoint, num_steps):
     return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_reversible_adjoint_memory_does_not_grow_with_steps():
     small = _gradient_temp_bytes(s2.ReversibleAdjoint(), 1_000)
     large = _gradient_temp_bytes(s2.ReversibleAdjoint(), 10_000)
@@ -146,6 +151,7 @@ def test_reversible_adjoint_memory_does_not_grow_with_steps():
     assert _gradient_temp_bytes(s2.DirectAdjoint(), 10_000) > 5 * _gradient_temp_bytes(s2.DirectAdjoint(), 1_000)
 
 
+@pytest.mark.slow
 def test_reversible_reconstruction_error_grows_on_chaotic_horizons():
     """Stepping back with −h recovers the initial state to round-off on a short horizon; on
     the chaotic double pendulum the error is amplified like e^{λt} (the caveat in
@@ -167,6 +173,7 @@ def test_reversible_reconstruction_error_grows_on_chaotic_horizons():
     assert long > 100 * short
 
 
+@pytest.mark.slow
 def test_no_nan_gradients_at_rest_and_collinear():
     params = _float_params(dsp)
     q0 = jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # hanging straight: q1 = q2
@@ -193,6 +200,7 @@ def test_no_nan_gradients_at_rest_and_collinear():
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
 
 
+@pytest.mark.slow
 def test_retract_state_stays_on_the_tangent_bundle():
     q, omega = s2.random_state(jax.random.PRNGKey(1), 5)
     dq, domega = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 3))
@@ -213,6 +221,7 @@ def test_reversible_adjoint_needs_a_symmetric_integrator():
 
 
 @pytest.mark.parametrize("integrator", [s2.Rattle(), s2.DiscreteHamelIntegrator()])
+@pytest.mark.slow
 def test_reversible_adjoint_of_other_symmetric_integrators(integrator):
     """RATTLE and the discrete Hamel integrator declare `is_symmetric`: their reversible
     gradients agree with the stored trajectory's."""
@@ -234,6 +243,7 @@ def test_reversible_adjoint_of_other_symmetric_integrators(integrator):
             np.testing.assert_allclose(reversible[key], value, rtol=1e-9, err_msg=key)
 
 
+@pytest.mark.slow
 def test_reversible_adjoint_refuses_an_untrustworthy_reconstruction():
     """After 10⁴ steps of the chaotic 002 Example 1 the backward pass rebuilds the initial state
     only to ~6e-7 (gradient error ~4e-5): raised with throw=True, NaN with throw=False."""

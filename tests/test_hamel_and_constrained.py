@@ -111,6 +111,7 @@ def run_steps(integrator, lagrangian, q0, omega0, params, dt, num_steps):
     return go(jnp.asarray(q0), jnp.asarray(omega0), params, jnp.asarray(dt))
 
 
+@pytest.mark.slow
 def test_paper_section_vii_hamel():
     """004 §VII with the Hamel integrator, 2000 steps of h = 0.2 s (004 runs 10⁴).
 
@@ -191,6 +192,7 @@ def reference(field, params, q0, omega0, t1):
     ids=lambda x: type(x).__name__,
 )
 @pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.slow
 def test_second_order_against_dop853(integrator, model):
     """Error at time T against DOP853 (rtol = atol = 1e-12): log–log slope 2 ± 0.25 over 4 steps."""
     lagrangian, params, field, state, t1 = MODELS[model]
@@ -217,6 +219,7 @@ def test_second_order_against_dop853(integrator, model):
     assert errors[-1] < 1e-3 and errors[-1] > 1e-9  # the method's error, far above DOP853's
 
 
+@pytest.mark.slow
 def test_hamel_with_nonlinear_potential():
     """Exact |q_i|, q_i·ω_i, vertical momentum for any V; an energy error depending on V off (S²)ⁿ.
 
@@ -268,6 +271,7 @@ def test_rattle_keeps_constraints_ten_thousand_steps():
     assert float(jnp.max(jnp.abs(jnp.cross(omega, q) - v))) <= 1e-14 * speed
 
 
+@pytest.mark.slow
 def test_stormer_verlet_unit_length_drift():
     """Störmer–Verlet on (25)–(26): |q| − 1 stays at round-off only where the link is in tension.
 

@@ -164,6 +164,7 @@ def _spherical_pendulum(q, qdot, p):
     return 0.5 * jnp.sum(qdot**2) + p["g"] * jnp.sum(q[:, 2])
 
 
+@pytest.mark.slow
 def test_gradient_through_a_step_from_rest():
     """The gradient of a Lie–Euler step in ω₀ at ω₀ = 0 (ξ has u = 0) against central differences.
 
@@ -196,6 +197,7 @@ def test_gradient_through_a_step_from_rest():
 
 
 @pytest.mark.parametrize("model", ["double_pendulum", "three_particles"])
+@pytest.mark.slow
 def test_se3_vector_field_reproduces_the_equations_of_motion(model):
     """Ψ_*(ξ(q, ω))|_(q, ω) = (q̇, ω̇) with ξ = (ω_i, q_i × h_i), h_i = ω̇_i (003) at random states."""
     if model == "double_pendulum":
@@ -269,6 +271,7 @@ def _slope(integrator, lagrangian, q0, omega0, params, reference, num_steps=NUM_
 
 
 @pytest.mark.parametrize("integrator, order", METHODS, ids=METHOD_IDS)
+@pytest.mark.slow
 def test_order_double_spherical_pendulum(integrator, order):
     q0, omega0 = dsp.paper_state()
     params = dsp.paper_params()
@@ -279,6 +282,7 @@ def test_order_double_spherical_pendulum(integrator, order):
 
 
 @pytest.mark.parametrize("integrator, order", METHODS, ids=METHOD_IDS)
+@pytest.mark.slow
 def test_order_three_particles_diagonal_inertia(integrator, order):
     q0, omega0 = three_particles_state()
     reference = three_particles_reference(q0, omega0, 1.0)

@@ -82,6 +82,7 @@ def test_potential_gradient_matches_finite_differences(name):
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_paper_state_is_exactly_on_the_tangent_bundle(name):
     module, params, (q0, omega0) = CASES[name]
     assert isinstance(q0, np.ndarray) and isinstance(omega0, np.ndarray)
@@ -106,6 +107,7 @@ ENERGY_RUNS = {
 
 
 @pytest.mark.parametrize("name", list(ENERGY_RUNS))
+@pytest.mark.slow
 def test_energy_and_unit_length_over_1000_steps(name):
     module, params, (q0, omega0) = CASES[name]
     if name == "elastic_rod":  # 5 elements instead of 10: a third of the compile time
@@ -123,6 +125,7 @@ def test_energy_and_unit_length_over_1000_steps(name):
     )
 
 
+@pytest.mark.slow
 def test_lennard_jones_energy_and_unit_length_short_run():
     """642 molecules, 002's step h = 0.005, 50 steps (kept short: ~15 ms per step on CPU).
 
@@ -147,6 +150,7 @@ def test_lennard_jones_energy_and_unit_length_short_run():
 
 
 @pytest.mark.parametrize("name", DIAGONAL + ["lennard_jones_small"])
+@pytest.mark.slow
 def test_explicit_and_implicit_integrators_agree(name):
     """(3.17)–(3.18) and (3.10)–(3.13) are the same map for diagonal M (to Newton's tolerance)."""
     if name == "lennard_jones_small":

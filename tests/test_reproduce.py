@@ -1,5 +1,6 @@
 """`python -m s2jax reproduce`: end to end on shortened horizons, and the examples table."""
 
+import errno
 import math
 import subprocess
 import sys
@@ -25,6 +26,7 @@ def reproduced(tmp_path_factory):
     return out, "\n".join(lines), results
 
 
+@pytest.mark.slow
 def test_writes_figures_and_trajectories(reproduced):
     out, _, results = reproduced
     for number in results:
@@ -41,6 +43,7 @@ def test_writes_figures_and_trajectories(reproduced):
     assert (out / "lennard_jones_fig_3_7.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_tables_are_finite_and_define_their_figures(reproduced):
     _, text, results = reproduced
     assert "mean ΔE, relative" in text and "Figures of merit" in text
@@ -53,6 +56,7 @@ def test_tables_are_finite_and_define_their_figures(reproduced):
         assert len(rows) == len(results)
 
 
+@pytest.mark.slow
 def test_variational_integrator_beats_baselines_on_unit_length(reproduced):
     _, _, results = reproduced
     for number, runs in results.items():
@@ -109,3 +113,13 @@ def test_command_line_file_system_errors_are_one_line(tmp_path):
     )
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [f"python -m s2jax: cannot write {blocker}: File exists"]
+
+
+def test_command_line_full_disk_is_one_line(monkeypatch, tmp_path, capsys):
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "double_pendulum.npz"))
+
+    monkeypatch.setattr(cli, "reproduce", full_disk)
+    assert cli.main(["double-pendulum", "--out", str(tmp_path)]) == 1
+    message = f"python -m s2jax: cannot write {tmp_path / 'double_pendulum.npz'}: No space left on device"
+    assert capsys.readouterr().err.strip().splitlines() == [message]

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import s2jax as s2
 from s2jax._chart import chart_to_state, tangent_basis
@@ -13,6 +14,7 @@ from s2jax._shooting import MultipleShooting
 dsp = s2.models.double_spherical_pendulum
 
 
+@pytest.mark.slow
 def test_chart_maps_onto_the_tangent_bundle_with_full_rank():
     q, omega = s2.random_state(jax.random.PRNGKey(0), 4)
     basis = jnp.asarray(tangent_basis(q))
@@ -32,6 +34,7 @@ def test_chart_maps_onto_the_tangent_bundle_with_full_rank():
     assert int(jnp.linalg.matrix_rank(flat)) == 4 * 4  # 4 coordinates per body, none redundant
 
 
+@pytest.mark.slow
 def test_segments_started_on_one_trajectory_have_no_jumps():
     q0, omega0 = dsp.paper_state()
     params = dsp.paper_params()

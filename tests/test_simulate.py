@@ -20,6 +20,7 @@ def _run(params, q0=None, omega0=None, **kwargs):
     return s2.simulate(dsp.lagrangian, q0, omega0, params, **options)
 
 
+@pytest.mark.slow
 def test_jit_matches_eager():
     params = dsp.paper_params()
     eager = _run(params)
@@ -29,6 +30,7 @@ def test_jit_matches_eager():
     np.testing.assert_allclose(jitted, eager.q, rtol=0, atol=1e-11)
 
 
+@pytest.mark.slow
 def test_vmap_over_initial_states_and_params():
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     q0, omega0 = jax.vmap(lambda k: s2.random_state(k, 2))(keys)
@@ -42,6 +44,7 @@ def test_vmap_over_initial_states_and_params():
         np.testing.assert_allclose(batched[b], _run({**params, "l1": l1}).q[-1], rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_grad_runs_and_matches_finite_differences():
     """A first check of gradients through the whole simulation (the IFT through Newton)."""
     params = dsp.paper_params()
@@ -113,6 +116,7 @@ def test_traced_bad_state_is_a_result_code():
     assert run(jnp.asarray(q0)) == s2.RESULTS.successful
 
 
+@pytest.mark.slow
 def test_failure_under_vmap_names_the_batch_index_and_spares_the_others():
     params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81}
 
@@ -136,6 +140,7 @@ def test_failure_under_vmap_names_the_batch_index_and_spares_the_others():
         jax.block_until_ready(jax.vmap(lambda s: run(s, True).q)(scales))
 
 
+@pytest.mark.slow
 def test_lagrangian_not_of_form_2_2_is_rejected():
     q0, omega0 = dsp.paper_state()
 
@@ -161,6 +166,7 @@ def test_lagrangian_not_of_form_2_2_is_rejected():
             s2.simulate(lagrangian, q0, omega0, None, dt=0.01, num_steps=2)
 
 
+@pytest.mark.slow
 def test_adaptive_baseline_runs_on_the_same_grid():
     sol = _run(dsp.paper_params(), integrator=s2.AdaptiveRungeKutta45(rtol=1e-10, atol=1e-10), save_every=10)
     reference = _run(dsp.paper_params(), num_steps=1000, dt=0.001, save_every=100)
@@ -209,6 +215,7 @@ _THROW_MODES = {
 
 
 @pytest.mark.parametrize("mode", _THROW_MODES)
+@pytest.mark.slow
 def test_throw_survives_compilation(mode):
     """throw=True raises, naming the step (and batch index), under jit, filter_jit, vmap, jit(vmap), jit(grad)."""
     transform, argument, batch = _THROW_MODES[mode]
@@ -227,6 +234,7 @@ def test_invalid_traced_initial_state_raises_under_jit():
         jax.block_until_ready(run(jnp.asarray(q0) * 1.01))
 
 
+@pytest.mark.slow
 def test_adaptive_failure_names_the_time_and_freezes_the_state():
     """A Dormand–Prince run that runs out of steps reports the last save interval it reached
     (not "step 0 → 1") and repeats its last state, like a failed fixed step."""

@@ -14,6 +14,7 @@ MODELS = {
 
 
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.slow
 def test_inverse_legendre_map_undoes_the_legendre_map(name):
     model = MODELS[name]
     system = s2.LagrangianSystem(model.lagrangian)

@@ -38,6 +38,7 @@ def test_inertia_depending_on_the_gram_matrix_is_rejected():
 
 
 @pytest.mark.parametrize("lagrangian", [_gram_dependent, _anisotropic, _quartic])
+@pytest.mark.slow
 def test_form_is_checked_in_graph_under_jit_vmap_and_grad(lagrangian):
     """Where the check cannot run before compiling (traced params or state), it runs inside."""
     params = {"g": jnp.asarray(9.81)}
@@ -47,8 +48,13 @@ def test_form_is_checked_in_graph_under_jit_vmap_and_grad(lagrangian):
 
     not_form = s2.RESULTS.not_lagrangian_form
     assert jax.jit(lambda p: run(p, OMEGA0).result)(params) == not_form
-    batched = jax.vmap(lambda w: run(params, w).result._value)(jnp.stack([jnp.asarray(OMEGA0)] * 2))
+    batch = {"g": jnp.array([9.81, 1.0])}
+    batched = jax.vmap(lambda p: run(p, OMEGA0).result._value)(batch)
     assert np.all(np.asarray(batched) == not_form._value)
+    # With known params and a traced state the form is checked before compiling (M of (2.2)
+    # does not depend on q), at a fixed random state of the same shape.
+    with pytest.raises(ValueError, match="not of the form|depends on the configuration|not M ⊗ I₃"):
+        jax.vmap(lambda w: run({"g": 9.81}, w).result._value)(jnp.stack([jnp.asarray(OMEGA0)] * 2))
     # jax.grad without jit runs eagerly: the error is raised as it is.
     with pytest.raises(s2.SimulationError, match="before the first step: the Lagrangian is not of the form"):
         jax.grad(lambda p: run(p, OMEGA0, throw=True).q[-1, 0, 0])(params)
@@ -56,11 +62,13 @@ def test_form_is_checked_in_graph_under_jit_vmap_and_grad(lagrangian):
         jax.block_until_ready(jax.jit(jax.grad(lambda p: run(p, OMEGA0, throw=True).q[-1, 0, 0]))(params))
 
 
+@pytest.mark.slow
 def test_form_check_in_graph_passes_a_model_of_form_2_2():
     result = jax.jit(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=5).result)
     assert result(_traced_params()) == s2.RESULTS.successful
 
 
+@pytest.mark.slow
 def test_non_finite_params_are_named():
     with pytest.raises(ValueError, match=r"params\['l1'\] is not finite: nan"):
         s2.simulate(dsp.lagrangian, Q0, OMEGA0, dict(dsp.paper_params(), l1=float("nan")), dt=0.01, num_steps=2)

@@ -30,6 +30,7 @@ def test_equations_of_motion_match_hand_written():
         np.testing.assert_allclose(np.ravel(omegadot), expected[6:], rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_second_order_against_dop853():
     """Error at T = 1 s against DOP853 (rtol = atol = 1e-12) has log–log slope 2 ± 0.2."""
     q0, omega0 = dsp.paper_state()
@@ -49,6 +50,7 @@ def test_second_order_against_dop853():
     assert errors[-1] < 1e-4  # the errors are the method's, far above the reference's 1e-12
 
 
+@pytest.mark.slow
 def test_invariants_over_ten_thousand_steps():
     q0, omega0 = dsp.paper_state()
     params = dsp.paper_params()
@@ -73,6 +75,7 @@ def test_invariants_over_ten_thousand_steps():
     assert float(jnp.max(jnp.abs(energy - energy[0])) / jnp.abs(energy[0])) < 1e-3
 
 
+@pytest.mark.slow
 def test_energy_error_does_not_drift():
     """Mean |E_k − E₀| over the second half of 10⁵ steps ≤ 1.5× that over the first half."""
     q0, omega0 = dsp.paper_state()
@@ -93,6 +96,7 @@ def test_energy_error_does_not_drift():
     assert np.mean(rk_error[half:]) > 1.5 * np.mean(rk_error[:half])
 
 
+@pytest.mark.slow
 def test_structured_step_matches_autodiff_discrete_euler_lagrange():
     """(3.10)–(3.16) and the DEL equations of the trapezoidal L_d agree to round-off."""
     system = s2.LagrangianSystem(dsp.lagrangian)
@@ -123,6 +127,7 @@ def _three_uncoupled_pendula(q, qdot, p):
     return kinetic - potential
 
 
+@pytest.mark.slow
 def test_explicit_and_implicit_agree_for_diagonal_inertia():
     params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81, "k": 3.0}
     q0, omega0 = s2.random_state(jax.random.PRNGKey(3), 3)
