@@ -7,7 +7,7 @@ A refactoring that claims "no slowdown" is checked here: the package at REV is e
 this checkout's `s2jax`, so both run in the same process on the same machine state. The two
 are timed in alternation (before, after, before, after, …) to spread the machine's noise
 evenly, on the step_cost systems: 002 Example 1 (implicit VI, RK4) and Example 2 (explicit VI).
-Each time is the median of 7 runs of 10⁴ steps through `simulate`. Writes
+Each time is the median of 15 runs of 10⁴ steps through `simulate` (the call, checks included). Writes
 benchmarks/results/compare_revisions.json.
 """
 
@@ -30,7 +30,7 @@ from _common import write  # noqa: E402
 import s2jax  # noqa: E402
 
 NUM_STEPS = 10_000
-REPEATS = 7
+REPEATS = 15
 
 
 def _import_revision(revision: str, folder: pathlib.Path):

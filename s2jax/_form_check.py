@@ -21,7 +21,7 @@ from ._system import LagrangianSystem, SystemArgs
 _FORM = "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: "
 
 
-def _rules(lagrangian, q, omega, params) -> tuple[Float[Array, "n n"], list[tuple[Bool[Array, "..."], Callable]]]:
+def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[tuple[Bool[Array, "..."], Callable]]]:
     """M at q, and `(bad, message)` per rule: `bad` flags the offending bodies (or is a scalar).
 
     The Hessian is probed with three random vectors (Hessian–vector products, so the check
@@ -31,20 +31,22 @@ def _rules(lagrangian, q, omega, params) -> tuple[Float[Array, "n n"], list[tupl
     fourth. Quadraticity is checked along q̇ = ω × q and a second tangent velocity, by the first
     and third derivatives of L(q, s q̇) in s. NaN fails every rule (the comparisons are written as `~(x <= tol)`).
     """
-    inertias, probes, products, residuals = _form_quantities(lagrangian, q, omega, params)
+    quantities = _form_quantities(lagrangian, q, omega, params)
+    # numpy for concrete values (no dispatch cost per operation), jax.numpy in a trace
+    inertias, probes, products, residuals = (xp.asarray(x) for x in quantities)
     inertia = inertias[0]
-    scale = jnp.maximum(jnp.max(jnp.abs(inertia)), jnp.finfo(inertia.dtype).tiny)
+    scale = xp.maximum(xp.max(xp.abs(inertia)), xp.finfo(inertia.dtype).tiny)
     tol = 1e-9 * scale
-    probe_scale = jnp.max(jnp.abs(probes), axis=(1, 2))[:, None]
-    mismatch = jnp.max(jnp.abs(products - jnp.einsum("ij,pja->pia", inertia, probes)), axis=-1) / probe_scale
-    dependence = jnp.max(jnp.abs(inertias[1:] - inertia[None]), axis=(0, 2))
-    asymmetry = jnp.max(jnp.abs(inertia - inertia.T))
-    smallest = jnp.linalg.eigvalsh(inertia)[0]
-    speed = 1.0 + jnp.max(jnp.abs(omega))
-    quadratic = jnp.max(jnp.abs(residuals))
+    probe_scale = xp.max(xp.abs(probes), axis=(1, 2))[:, None]
+    mismatch = xp.max(xp.abs(products - xp.einsum("ij,pja->pia", inertia, probes)), axis=-1) / probe_scale
+    dependence = xp.max(xp.abs(inertias[1:] - inertia[None]), axis=(0, 2))
+    asymmetry = xp.max(xp.abs(inertia - inertia.T))
+    smallest = xp.linalg.eigvalsh(xp.nan_to_num(inertia))[0]  # a NaN M fails the rules above
+    speed = 1.0 + xp.max(xp.abs(omega))
+    quadratic = xp.max(xp.abs(residuals))
     return inertia, [
         (
-            ~(jnp.max(mismatch, axis=0) <= tol),
+            ~(xp.max(mismatch, axis=0) <= tol),
             lambda i: _FORM + f"∂²L/∂q̇∂q̇ is not M ⊗ I₃ (the velocities of body {i} enter the kinetic energy "
             "with different weights along different axes, or couple to other bodies' velocities other "
             "than through M_ij q̇_i·q̇_j).",
@@ -64,7 +66,7 @@ def _rules(lagrangian, q, omega, params) -> tuple[Float[Array, "n n"], list[tupl
             f"eigenvalue {float(smallest):.3e}); (2.2) of Lee–Leok–McClamroch 2009 needs M > 0.",
         ),
         (
-            ~(quadratic <= 1e-9 * jnp.maximum(scale, 1.0) * speed**2),
+            ~(quadratic <= 1e-9 * xp.maximum(scale, 1.0) * speed**2),
             lambda i: _FORM + "L(q, q̇) − L(q, 0) is not a quadratic form ½ Σ M_ij q̇_i·q̇_j in the velocities.",
         ),
     ]
@@ -77,7 +79,7 @@ def check_lagrangian_form(
 
     Raises `ValueError` naming the first offending body (see `_rules` for what is probed).
     """
-    inertia, rules = _rules(lagrangian, jnp.asarray(q), jnp.asarray(omega), params)
+    inertia, rules = _rules(lagrangian, jnp.asarray(q), jnp.asarray(omega), params, np)
     for bad, message in rules:
         bad = np.atleast_1d(np.asarray(bad))
         if np.any(bad):
@@ -87,7 +89,7 @@ def check_lagrangian_form(
 
 def lagrangian_form_is_valid(lagrangian, q, omega, params) -> Bool[Array, ""]:
     """The predicates of `check_lagrangian_form` inside a computation: True if none fails."""
-    _, rules = _rules(lagrangian, q, omega, params)
+    _, rules = _rules(lagrangian, q, omega, params, jnp)
     return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in rules]))
 
 

@@ -19,17 +19,20 @@ INITIAL_STATE_TOLERANCE = 1e-12
 """|q_i| may differ from 1, and q_i·ω_i from 0, by at most this much."""
 
 
-def _rules(q, omega, dt) -> list[tuple[Bool[Array, "..."], Callable[[int], str]]]:
-    """`(bad, message)` per rule: `bad` flags the offending bodies (a scalar for dt)."""
-    length_error = jnp.abs(jnp.linalg.norm(q, axis=-1) - 1.0)
-    tangency_error = jnp.abs(jnp.sum(q * omega, axis=-1))
+def _rules(q, omega, dt, xp) -> list[tuple[Bool[Array, "..."], Callable[[int], str]]]:
+    """`(bad, message)` per rule: `bad` flags the offending bodies (a scalar for dt).
+
+    `xp` is numpy for concrete values (no dispatch cost per operation) or jax.numpy in a trace.
+    """
+    length_error = xp.abs(xp.linalg.norm(q, axis=-1) - 1.0)
+    tangency_error = xp.abs(xp.sum(q * omega, axis=-1))
     return [
-        (~jnp.all(jnp.isfinite(q), axis=-1), lambda i: f"q0 of body {i} is not finite: {np.asarray(q[i])}"),
-        (~jnp.all(jnp.isfinite(omega), axis=-1), lambda i: f"omega0 of body {i} is not finite: {np.asarray(omega[i])}"),
+        (~xp.all(xp.isfinite(q), axis=-1), lambda i: f"q0 of body {i} is not finite: {np.asarray(q[i])}"),
+        (~xp.all(xp.isfinite(omega), axis=-1), lambda i: f"omega0 of body {i} is not finite: {np.asarray(omega[i])}"),
         (
             length_error > INITIAL_STATE_TOLERANCE,
             lambda i: (
-                f"q0 of body {i} is not a unit vector: |q_{i}| − 1 = {float(jnp.linalg.norm(q[i])) - 1.0:.3e} "
+                f"q0 of body {i} is not a unit vector: |q_{i}| − 1 = {float(xp.linalg.norm(q[i])) - 1.0:.3e} "
                 f"(tolerance {INITIAL_STATE_TOLERANCE:g}). s2jax never renormalises silently; normalise "
                 "it yourself if that is what you mean."
             ),
@@ -38,12 +41,12 @@ def _rules(q, omega, dt) -> list[tuple[Bool[Array, "..."], Callable[[int], str]]
             tangency_error > INITIAL_STATE_TOLERANCE,
             lambda i: (
                 f"omega0 of body {i} is not tangent to the sphere at q0: q_{i}·ω_{i} = "
-                f"{float(jnp.dot(q[i], omega[i])):.3e} (tolerance {INITIAL_STATE_TOLERANCE:g}). The equations "
+                f"{float(xp.dot(q[i], omega[i])):.3e} (tolerance {INITIAL_STATE_TOLERANCE:g}). The equations "
                 "of motion (2.9)–(2.11) of Lee–Leok–McClamroch 2009 assume ω_i ⊥ q_i; use "
                 "s2jax.project_tangent(q0, omega0) to remove the normal component."
             ),
         ),
-        (~((dt > 0) & jnp.isfinite(dt)), lambda i: f"dt must be a finite positive number; got {dt}"),
+        (~((dt > 0) & xp.isfinite(dt)), lambda i: f"dt must be a finite positive number; got {dt}"),
     ]
 
 
@@ -54,8 +57,8 @@ def check_initial_state(
 
     The message names the first offending body. Values must be concrete (not traced).
     """
-    q0, omega0, dt = jnp.asarray(q0), jnp.asarray(omega0), jnp.asarray(dt)
-    for bad, message in _rules(q0, omega0, dt):
+    q0, omega0, dt = np.asarray(q0), np.asarray(omega0), np.asarray(dt)
+    for bad, message in _rules(q0, omega0, dt, np):
         bad = np.atleast_1d(np.asarray(bad))
         if np.any(bad):
             raise ValueError(message(int(np.argmax(bad))))
@@ -63,7 +66,7 @@ def check_initial_state(
 
 def initial_state_is_valid(q0, omega0, dt) -> Bool[Array, ""]:
     """The predicates of `check_initial_state` inside a computation: True if none is broken."""
-    return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in _rules(q0, omega0, dt)]))
+    return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in _rules(q0, omega0, dt, jnp)]))
 
 
 def _numeric_leaves(params):
