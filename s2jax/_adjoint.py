@@ -34,8 +34,9 @@ NO_FAILURE = -1
 """`Solution.failed_step` when every step succeeded."""
 
 
-def _scan_steps(body, carry, length):
-    return lax.scan(lambda c, _: (body(c), None), carry, length=length)[0]
+def _scan_steps(body, carry, xs, length):
+    """`length` steps of `body(carry, x)`, x running over the leading axis of `xs` (or None)."""
+    return lax.scan(lambda c, x: (body(c, x), None), carry, xs, length=length)[0]
 
 
 class AbstractAdjoint(eqx.Module):
@@ -79,9 +80,10 @@ class CheckpointedAdjoint(AbstractAdjoint):
     def loop(self, loop, inputs, result0):
         block = _block_size(loop.save_every, self.block_size)
 
-        def scan_steps(body, carry, length):
-            inner = jax.checkpoint(lambda c: _scan_steps(body, c, block))
-            return _scan_steps(inner, carry, length // block)
+        def scan_steps(body, carry, xs, length):
+            inner = jax.checkpoint(lambda c, x: _scan_steps(body, c, x, block))
+            blocks = jtu.tree_map(lambda x: x.reshape(length // block, block, *x.shape[1:]), xs)
+            return _scan_steps(inner, carry, blocks, length // block)
 
         return loop.run(inputs, result0, scan_steps)
 
@@ -146,65 +148,95 @@ def _raise_if_inexact(errors, tolerance):
 
 
 def _reversible_loop(loop, inputs, result0, tolerance):
-    # The initial result code is an explicit input: a custom_vjp must not close over values
-    # computed from the inputs being differentiated.
-    @jax.custom_vjp
-    def run(inputs, result0):
-        return loop.run(inputs, result0, _scan_steps)
+    # Everything differentiated is an explicit input of the custom_vjp, which must not close
+    # over it: the loop's own arrays (a force's coefficients, ...), the inputs (y0, params, dt,
+    # controls) and the initial result code computed from them.
+    loop_arrays, loop_static = eqx.partition(loop, eqx.is_inexact_array)
 
-    def forward(inputs, result0):
-        final, ys = loop.run(inputs, result0, _scan_steps)
-        return (final, ys), (inputs, final)
+    def rebuild(loop_arrays):
+        return eqx.combine(loop_arrays, loop_static)
+
+    @jax.custom_vjp
+    def run(loop_arrays, inputs, result0):
+        return rebuild(loop_arrays).run(inputs, result0, _scan_steps)
+
+    def forward(loop_arrays, inputs, result0):
+        final, ys = rebuild(loop_arrays).run(inputs, result0, _scan_steps)
+        return (final, ys), (loop_arrays, inputs, final)
 
     def backward(residuals, cotangents):
-        inputs, final = residuals
+        loop_arrays, inputs, final = residuals
         _, ct_ys = cotangents
         dt = inputs.dt
         # Cotangents flow only to the inexact leaves of the system's args (params may hold ints).
         args, static_args = eqx.partition(loop.args(inputs), eqx.is_inexact_array)
-        _, args_vjp = jax.vjp(lambda i: eqx.filter(loop.args(i), eqx.is_inexact_array), inputs)
+        _, args_vjp = jax.vjp(
+            lambda la, i: eqx.filter(rebuild(la).args(i), eqx.is_inexact_array), loop_arrays, inputs
+        )
 
-        def step(k, y, state, args, dt):
-            return loop.advance(loop.time(k, dt), dt, y, state, eqx.combine(args, static_args))[:2]
+        def step(k, t0, y, state, args, h, loop_arrays, u):
+            """The step from t0 by h with the control u_k of step k (held over the step)."""
+            loop = rebuild(loop_arrays)
+            args = loop.control(k, y, eqx.combine(args, static_args), dt, u)
+            return loop.advance(t0, h, y, state, args)[:2]
 
-        def back_step(carry, _):
-            k, y, state, ct, ct_args, ct_dt = carry
+        def back_step(carry, u):
+            k, y, state, ct, ct_args, ct_loop, ct_dt = carry
             k = k - 1
-            previous = loop.advance(loop.time(k + 1, dt), -dt, y, state, eqx.combine(args, static_args))[:2]
-            _, vjp = jax.vjp(lambda y, s, a, h: step(k, y, s, a, h), *previous, args, dt)
-            dy, dstate, dargs, ddt = vjp(ct)
+            # (q_k, ω_k) from (q_{k+1}, ω_{k+1}) by the step with −h, then the vjp of step k.
+            previous = step(k, loop.time(k + 1, dt), y, state, args, -dt, loop_arrays, u)
+            _, vjp = jax.vjp(
+                lambda y, s, a, h, la, u: step(k, loop.time(k, h), y, s, a, h, la, u),
+                *previous, args, dt, loop_arrays, u,
+            )
+            dy, dstate, dargs, ddt, dloop, du = vjp(ct)
             ct_args = jtu.tree_map(jnp.add, ct_args, dargs)
-            return (k, *previous, (dy, dstate), ct_args, ct_dt + ddt), None
+            ct_loop = jtu.tree_map(jnp.add, ct_loop, dloop)
+            return (k, *previous, (dy, dstate), ct_args, ct_loop, ct_dt + ddt), du
 
-        def back_save(carry, ct_save):
-            carry, _ = lax.scan(back_step, carry, length=loop.save_every)
-            k, y, state, (dy, dstate), ct_args, ct_dt = carry
+        def back_save(carry, xs):
+            ct_save, controls = xs
+            carry, du = lax.scan(back_step, carry, controls, length=loop.save_every, reverse=True)
+            k, y, state, (dy, dstate), ct_args, ct_loop, ct_dt = carry
             dy = jtu.tree_map(jnp.add, dy, ct_save)
-            return (k, y, state, (dy, dstate), ct_args, ct_dt), None
+            return (k, y, state, (dy, dstate), ct_args, ct_loop, ct_dt), du
 
         zeros = jtu.tree_map(jnp.zeros_like, final.state)
         ct_final = (jtu.tree_map(lambda c: c[-1], ct_ys), zeros)
-        carry = (final.step, final.y, final.state, ct_final, jtu.tree_map(jnp.zeros_like, args), jnp.zeros_like(dt))
+        carry = (
+            final.step, final.y, final.state, ct_final, jtu.tree_map(jnp.zeros_like, args),
+            jtu.tree_map(jnp.zeros_like, loop_arrays), jnp.zeros_like(dt),
+        )
         # After the block that ends at save s (s ≥ 1) comes the cotangent of save s − 1; the
-        # last block (back to step 0) adds nothing: the initial state is not an output here.
-        pending = jtu.tree_map(lambda c: jnp.concatenate([jnp.zeros_like(c[:1]), c[:-1]])[::-1], ct_ys)
-        (_, y0_rebuilt, _, (dy, dstate), ct_args, ct_dt), _ = lax.scan(back_save, carry, pending)
-        t0 = jnp.zeros((), dt.dtype)
+        # first block (back to step 0) adds nothing: the initial state is not an output here.
+        # Both scans run backwards (reverse=True), so the controls' cotangents come out in order.
+        pending = jtu.tree_map(lambda c: jnp.concatenate([jnp.zeros_like(c[:1]), c[:-1]]), ct_ys)
+        xs = (pending, rebuild(loop_arrays).controls_by_save(inputs.controls))
+        carry, ct_controls = lax.scan(back_save, carry, xs, reverse=True)
+        _, y0_rebuilt, _, (dy, dstate), ct_args, ct_loop, ct_dt = carry
         _, init_vjp = jax.vjp(
-            lambda y0, a: loop.integrator.init(loop.system, t0, y0, eqx.combine(a, static_args)), inputs.y0, args
+            lambda y0, a, la, u: rebuild(la).integrator_init(y0, eqx.combine(a, static_args), dt, u),
+            inputs.y0, args, loop_arrays, inputs.controls,
         )
-        dy0, dargs0 = init_vjp(dstate)
-        (ct_inputs,) = args_vjp(jtu.tree_map(jnp.add, ct_args, dargs0))
+        dy0, dargs0, dloop0, dcontrols0 = init_vjp(dstate)
+        ct_loop_args, ct_inputs = args_vjp(jtu.tree_map(jnp.add, ct_args, dargs0))
+        ct_controls = jtu.tree_map(lambda c, u, c0: c.reshape(u.shape) + c0, ct_controls, inputs.controls, dcontrols0)
         direct = eqx.tree_at(
-            lambda i: (i.y0, i.dt), jtu.tree_map(jnp.zeros_like, inputs), (jtu.tree_map(jnp.add, dy, dy0), ct_dt)
+            lambda i: (i.y0, i.dt, i.controls),
+            jtu.tree_map(jnp.zeros_like, inputs),
+            (jtu.tree_map(jnp.add, dy, dy0), ct_dt, ct_controls),
+            is_leaf=lambda x: x is None,
         )
-        grads = jtu.tree_map(jnp.add, ct_inputs, direct)
+        grads = (
+            jtu.tree_map(lambda *g: sum(g), ct_loop, dloop0, ct_loop_args),
+            jtu.tree_map(jnp.add, ct_inputs, direct),
+        )
         error = _reconstruction_error(y0_rebuilt, inputs.y0)
         untrusted = (final.result != RESULTS.successful) | (error > tolerance)
         grads = jtu.tree_map(lambda g: jnp.where(untrusted, jnp.nan, g), grads)
         if loop.throw:
             grads = error_if(grads, functools.partial(_raise_if_inexact, tolerance=tolerance), error)
-        return grads, None
+        return (*grads, None)
 
     run.defvjp(forward, backward)
-    return run(inputs, result0)
+    return run(loop_arrays, inputs, result0)

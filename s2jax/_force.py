@@ -35,6 +35,33 @@ class AbstractForce(eqx.Module):
     ) -> Float[Array, "n 3"]:
         """The generalized force f_i on each body, shape (n, 3)."""
 
+    def __add__(self, other: "AbstractForce") -> "SumOfForces":
+        """The sum of two forces: their generalized forces add (so do their virtual works)."""
+        if not isinstance(other, AbstractForce):
+            return NotImplemented
+        return SumOfForces((self, other))
+
+
+class SumOfForces(AbstractForce):
+    """f = Σ f⁽ᵏ⁾: several forces on the same system, each given the same (t, q, ω, u, params)."""
+
+    forces: tuple[AbstractForce, ...]
+
+    @property
+    def depends_on_velocity(self) -> bool:
+        return any(force.depends_on_velocity for force in self.forces)
+
+    def __call__(self, t, q, omega, u, params):
+        total = self.forces[0](t, q, omega, u, params)
+        for force in self.forces[1:]:
+            total = total + force(t, q, omega, u, params)
+        return total
+
+    def __add__(self, other):
+        if not isinstance(other, AbstractForce):
+            return NotImplemented
+        return SumOfForces((*self.forces, other))
+
 
 class Force(AbstractForce):
     """A user function `fn(t, q, omega, u, params) -> (n, 3)` as a generalized force.

@@ -27,6 +27,11 @@ class RESULTS(eqx.Enumeration):
         "1e-12) or dt ≤ 0"
     )
     invalid_parameters = "a parameter (a float leaf of params) is not finite (NaN or inf)"
+    invalid_controls = "a control (a row of `controls`) is not finite (NaN or inf)"
+    optimisation_not_converged = (
+        "the trajectory optimisation did not meet its tolerances (inner convergence and "
+        "|terminal constraint| ≤ constraint_tolerance) within its iteration caps"
+    )
     not_lagrangian_form = (
         "the Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009 at the initial state "
         "(found inside a traced computation; s2jax.check_lagrangian_form(lagrangian, q0, omega0, "

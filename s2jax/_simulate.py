@@ -6,6 +6,7 @@ integrator, freeze the state after a failure, record the failing step) over a na
 checkpointed or reversed for reverse-mode differentiation.
 """
 
+import dataclasses
 import math
 import numbers
 import sys
@@ -65,11 +66,16 @@ class LoopState(eqx.Module):
 
 
 class LoopInputs(eqx.Module):
-    """The inputs of the loop that derivatives flow to: y0, the inexact leaves of params, dt."""
+    """The inputs of the loop that derivatives flow to.
+
+    **Fields:** `y0`; `params`, the inexact leaves of the model's params; `dt`; `controls`, the
+    open-loop controls u_k, shape (num_steps, …), or None.
+    """
 
     y0: State
     params: Params
     dt: Float[Array, ""]
+    controls: Array | None = None
 
 
 class Loop(eqx.Module):
@@ -77,11 +83,16 @@ class Loop(eqx.Module):
 
     t_k = k h is computed from the step count, not accumulated. A step that fails freezes
     the state and records its index; every later step is skipped the same way.
+
+    Controls are held over each step (zero-order hold): u_k is the k-th row of
+    `LoopInputs.controls`, or `policy(t_k, q_k, ω_k, params)` sampled at the start of step k.
+    They reach the system as `SystemArgs.control`, and from there the force.
     """
 
     integrator: AbstractIntegrator
     system: AbstractSystem
     static_params: Params
+    policy: Callable | None
     num_saves: int = eqx.field(static=True)
     save_every: int = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
@@ -90,9 +101,14 @@ class Loop(eqx.Module):
     def args(self, inputs: LoopInputs) -> SystemArgs:
         return self.system.prepare(inputs.y0[0], eqx.combine(inputs.params, self.static_params))
 
+    def integrator_init(self, y0: State, args: SystemArgs, dt: Float[Array, ""], controls) -> IntegratorState:
+        """The integrator's initial state, with the control of step 0 (some methods evaluate the force)."""
+        u0 = None if controls is None else controls[0]
+        args = self.control(jnp.array(0), y0, args, dt, u0)
+        return self.integrator.init(self.system, jnp.zeros((), dt.dtype), y0, args)
+
     def init(self, inputs: LoopInputs, args: SystemArgs, result0: RESULTS) -> LoopState:
-        t0 = jnp.zeros((), inputs.dt.dtype)
-        state = self.integrator.init(self.system, t0, inputs.y0, args)
+        state = self.integrator_init(inputs.y0, args, inputs.dt, inputs.controls)
         failed0 = jnp.where(result0 == RESULTS.successful, NO_FAILURE, 0)
         return LoopState(inputs.y0, state, result0, failed0, jnp.array(0))
 
@@ -103,7 +119,14 @@ class Loop(eqx.Module):
         """The integrator's step from t0 by dt: `(y_next, state_next, result)`."""
         return self.integrator.step(self.system, t0, dt, y, args, state)
 
-    def step(self, carry: LoopState, args: SystemArgs, dt: Float[Array, ""]) -> LoopState:
+    def control(self, k, y, args: SystemArgs, dt, u) -> SystemArgs:
+        """`args` with the control of step k: the given u_k, or the policy's at (t_k, q_k, ω_k)."""
+        if self.policy is not None:
+            u = self.policy(self.time(k, dt), *y, args.params)
+        return args if u is None else dataclasses.replace(args, control=u)
+
+    def step(self, carry: LoopState, args: SystemArgs, dt: Float[Array, ""], u=None) -> LoopState:
+        args = self.control(carry.step, carry.y, args, dt, u)
         y, state, result = self.advance(self.time(carry.step, dt), dt, carry.y, carry.state, args)
         running = carry.result == RESULTS.successful
         accept = running & (result == RESULTS.successful)
@@ -112,21 +135,28 @@ class Loop(eqx.Module):
         result = RESULTS.where(running, result, carry.result)
         return LoopState(y, state, result, failed_step, carry.step + 1)
 
+    def controls_by_save(self, controls):
+        """The controls as (num_saves, save_every, …): the rows of each block between saves."""
+        return jtu.tree_map(lambda u: u.reshape(self.num_saves, self.save_every, *u.shape[1:]), controls)
+
     def run(self, inputs: LoopInputs, result0: RESULTS, scan_steps: Callable) -> tuple[LoopState, State]:
-        """The forward loop; `scan_steps(body, carry, length)` runs `length` steps of `body`.
+        """The forward loop; `scan_steps(body, carry, xs, length)` runs `length` steps of
+        `body(carry, x)`, x running over the leading axis of `xs` (the controls, or None).
 
         **Returns:** the final `LoopState` and the states after each block, shape (num_saves, n, 3).
         """
         args = self.args(inputs)
         on_save = _progress_hook(self.num_saves, self.save_every) if self.progress else None
 
-        def save(carry, index):
-            carry = scan_steps(lambda c: self.step(c, args, inputs.dt), carry, self.save_every)
+        def save(carry, xs):
+            index, controls = xs
+            carry = scan_steps(lambda c, u: self.step(c, args, inputs.dt, u), carry, controls, self.save_every)
             if on_save is not None:
                 on_save(index)
             return carry, carry.y
 
-        return lax.scan(save, self.init(inputs, args, result0), jnp.arange(self.num_saves))
+        xs = (jnp.arange(self.num_saves), self.controls_by_save(inputs.controls))
+        return lax.scan(save, self.init(inputs, args, result0), xs)
 
 
 def simulate(
@@ -139,6 +169,7 @@ def simulate(
     num_steps: int,
     integrator: AbstractIntegrator | AbstractAdaptiveIntegrator = VariationalIntegrator(),
     force: AbstractForce | Callable | None = None,
+    controls: Float[ArrayLike, "num_steps ..."] | Callable | None = None,
     save_every: int = 1,
     adjoint: AbstractAdjoint = DirectAdjoint(),
     throw: bool = True,
@@ -163,7 +194,14 @@ def simulate(
       another `AbstractIntegrator`, or `AdaptiveRungeKutta45`.
     - `force`: non-conservative generalized forces f(t, q, ω, u, params) -> (n, 3) of 001
       (10), an `s2jax.AbstractForce` or a plain function (taken to depend on ω; wrap it in
-      `s2jax.Force(fn, depends_on_velocity=False)` if it does not). u is None.
+      `s2jax.Force(fn, depends_on_velocity=False)` if it does not). u is the control of the
+      current step (None without `controls`). Ready forces are in `s2jax.forces`.
+    - `controls`: the u passed to `force`, held over each step (zero-order hold): an array of
+      shape (num_steps, …) whose k-th row u_k acts over step k (open loop), or a feedback
+      policy `policy(t, q, omega, params) -> u` (a function or an `equinox.Module`, e.g. an
+      MLP), sampled at the start of each step, u_k = policy(t_k, q_k, ω_k, params), as a
+      digital controller does. (A feedback evaluated continuously, at every force evaluation,
+      is a force: write it as one.) Gradients flow to the array, or to the policy's arrays.
     - `save_every`: save every k-th state; must divide `num_steps`.
     - `adjoint`: how reverse-mode differentiation stores the trajectory: `DirectAdjoint()`
       (default; every step), `CheckpointedAdjoint(block_size)` or `ReversibleAdjoint()`
@@ -194,6 +232,20 @@ def simulate(
         force = Force(force)
     system = LagrangianSystem(lagrangian, force)
     name = type(integrator).__name__
+    policy = controls if callable(controls) else None
+    if controls is not None:
+        if force is None:
+            raise ValueError("`controls` given without a `force` to apply them: pass force=... (see s2jax.forces)")
+        if isinstance(integrator, AbstractAdaptiveIntegrator):
+            raise ValueError(
+                f"{name} chooses its own steps, so it cannot hold controls over fixed steps; use a "
+                "fixed-step integrator (VariationalIntegrator, RungeKutta4, ...)."
+            )
+        if policy is not None and isinstance(adjoint, ReversibleAdjoint):
+            raise ValueError(
+                "ReversibleAdjoint cannot take a feedback policy: u_k = policy(q_k, ω_k) is not known "
+                "when stepping back from step k + 1. Use DirectAdjoint or CheckpointedAdjoint."
+            )
     if system.force_depends_on_velocity and not integrator.velocity_dependent_forces:
         raise ValueError(
             f"{name} cannot take a force that depends on ω; use VariationalIntegrator, or declare "
@@ -235,6 +287,10 @@ def simulate(
     if dt.shape != ():
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
     params = jtu.tree_map(_trace_floats, params)
+    if policy is None and controls is not None:
+        controls = _check_controls(controls, num_steps)
+    if force is not None:
+        _check_force_output(force, policy, q0, omega0, params, controls)
 
     concrete = not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0, dt))
     concrete_params = not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(params))
@@ -256,8 +312,8 @@ def simulate(
                 )
 
     solution = _integrate(
-        system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw,
-        not concrete_params,
+        system, integrator, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every,
+        progress, throw, not concrete_params,
     )
     if throw:
         codes = solution.result._value
@@ -266,6 +322,48 @@ def simulate(
         else:
             solution = error_if(solution, _raise_if_failed, solution.result._value, solution.failed_step, dt)
     return solution
+
+
+def _check_controls(controls, num_steps):
+    """The open-loop controls as a float64 array of num_steps rows, or a ValueError."""
+    if isinstance(controls, jax.core.Tracer):
+        array = controls
+    else:
+        array = np.asarray(controls)
+        if np.iscomplexobj(array):
+            raise ValueError("`controls` is complex; controls of s2jax are real")
+        if array.dtype.kind not in "fiu":
+            raise ValueError(f"`controls` must be an array of numbers; got dtype {array.dtype}")
+        if array.ndim and not np.all(np.isfinite(array)):
+            k = int(np.argwhere(~np.isfinite(array))[0][0])
+            raise ValueError(f"`controls` of step {k} is not finite: {array[k]}")
+    if array.ndim == 0 or array.shape[0] != num_steps:
+        raise ValueError(
+            f"`controls` must have one row per step, shape (num_steps = {num_steps}, ...); got shape {array.shape}"
+        )
+    if array.dtype == jnp.float32:
+        raise ValueError("`controls` has dtype float32; s2jax computes in float64")
+    return jnp.asarray(array, dtype=jnp.float64)
+
+
+def _check_force_output(force, policy, q0, omega0, params, controls):
+    """Trace the force once (no computation): it must return one ℝ³ vector per body."""
+    def first_force():
+        t0 = jnp.zeros((), q0.dtype)
+        if policy is not None:
+            u = policy(t0, q0, omega0, params)
+        else:
+            u = None if controls is None else controls[0]
+        return force(t0, q0, omega0, u, params)
+
+    try:
+        shape = jax.eval_shape(first_force)
+    except Exception as error:  # the user's force or policy failed on the first step's arguments
+        raise ValueError(
+            f"the force (or the policy) failed on the first step's arguments: {type(error).__name__}: {error}"
+        ) from error
+    if not hasattr(shape, "shape") or shape.shape != q0.shape:
+        raise ValueError(f"the force must return shape {q0.shape}, one ℝ³ vector per body; got {shape}")
 
 
 def _positive_int(value, name):
@@ -302,11 +400,15 @@ def _initial_result(system, integrator, q0, omega0, params, dt, check_form) -> R
 
 @eqx.filter_jit
 def _integrate(
-    system, integrator, adjoint, q0, omega0, params, dt, num_steps, save_every, progress, throw, check_form
+    system, integrator, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress,
+    throw, check_form,
 ):
     num_saves = num_steps // save_every
     t = dt * save_every * jnp.arange(num_saves + 1, dtype=dt.dtype)
     result0 = _initial_result(system, integrator, q0, omega0, params, dt, check_form)
+    if policy is None and controls is not None:
+        finite = jnp.all(jnp.isfinite(controls))
+        result0 = RESULTS.where(finite | (result0 != RESULTS.successful), result0, RESULTS.invalid_controls)
 
     if isinstance(integrator, AbstractAdaptiveIntegrator):
         (q, omega), result, failed_save, _ = integrator.solve(system, t, (q0, omega0), system.prepare(q0, params))
@@ -315,8 +417,9 @@ def _integrate(
         return Solution(t, q, omega, result, failed)
 
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
-    loop = Loop(integrator, system, static, num_saves, save_every, progress, throw)
-    final, (qs, omegas) = adjoint.loop(loop, LoopInputs((q0, omega0), dynamic, dt), result0)
+    loop = Loop(integrator, system, static, policy, num_saves, save_every, progress, throw)
+    inputs = LoopInputs((q0, omega0), dynamic, dt, None if policy is not None else controls)
+    final, (qs, omegas) = adjoint.loop(loop, inputs, result0)
     q = jnp.concatenate([q0[None], qs])
     omega = jnp.concatenate([omega0[None], omegas])
     return Solution(t, q, omega, final.result, final.failed_step)
@@ -349,7 +452,8 @@ def _failure_message(code, failed_step, dt, batch_index=None) -> str:
     where = "" if batch_index is None else f" (batch index {batch_index})"
     step = int(failed_step)
     before_first_step = (
-        RESULTS.invalid_initial_state, RESULTS.invalid_parameters, RESULTS.not_lagrangian_form,
+        RESULTS.invalid_initial_state, RESULTS.invalid_parameters, RESULTS.invalid_controls,
+        RESULTS.not_lagrangian_form,
         RESULTS.inertia_not_diagonal,
     )
     if any(code == c._value for c in before_first_step):

@@ -30,3 +30,79 @@ class LinearDamping(AbstractForce):
     def __call__(self, t, q, omega, u, params):
         c = jnp.broadcast_to(self.coefficient, q.shape[:1])[:, None]
         return -c * jnp.cross(omega, q)
+
+
+def _given_or_control(value, u, name):
+    if value is not None:
+        return value
+    if u is None:
+        raise ValueError(f"{name}: no fixed value was given, so it reads the control u, but the run has no `controls`")
+    return u
+
+
+class PivotTorque(AbstractForce):
+    """A torque τ ∈ ℝ³ on body i about its pivot: the generalized force f_i = τ × q_i.
+
+    Its virtual work is τ·γ_i for the variation δq_i = γ_i × q_i, since (τ × q_i)·(γ_i × q_i) =
+    τ·γ_i for τ, γ_i ⊥ q_i: only the part of τ normal to q_i acts (a torque about the link's own
+    axis turns nothing on a point mass). With `joint=True` the torque acts between bodies i − 1
+    and i (a motor at the joint): body i − 1 takes the reaction, f_{i−1} = −τ × q_{i−1}.
+
+    **Arguments:**
+
+    - `body`: i, the index of the body (0-based).
+    - `torque`: a fixed τ (3,), or None (default) to take τ = u, the control of the step.
+    - `joint`: whether the reaction acts on body i − 1 (needs i ≥ 1).
+    """
+
+    body: int = eqx.field(static=True)
+    torque: Float[Array, "3"] | None = None
+    joint: bool = eqx.field(default=False, static=True)
+
+    depends_on_velocity: ClassVar[bool] = False
+
+    def __check_init__(self):
+        if self.joint and self.body < 1:
+            raise ValueError("PivotTorque(joint=True) needs body ≥ 1: the reaction acts on body − 1")
+
+    def __call__(self, t, q, omega, u, params):
+        torque = jnp.asarray(_given_or_control(self.torque, u, "PivotTorque"))
+        if torque.shape != (3,):
+            raise ValueError(f"PivotTorque takes a torque of shape (3,); got {torque.shape}")
+        force = jnp.zeros_like(q).at[self.body].set(jnp.cross(torque, q[self.body]))
+        if self.joint:
+            force = force.at[self.body - 1].add(-jnp.cross(torque, q[self.body - 1]))
+        return force
+
+
+class PointForce(AbstractForce):
+    """A force F ∈ ℝ³ at the end of body k of a chain: f_j = l_j F for every j ≤ k.
+
+    The point is x_k = Σ_{j≤k} l_j q_j (the k-th mass of `models.chain_pendulum`), so its
+    virtual displacement is Σ_{j≤k} l_j δq_j and the virtual work F·δx_k gives f_j = l_j F
+    (001 (10); papers/README.md, last slip of 001 §V). For bodies that are not chained (each q_i
+    the position of a body on a sphere of radius l_k), pass `chain=False`: f_k = l_k F only.
+
+    **Arguments:**
+
+    - `body`: k, the index of the body whose end F acts at (0-based).
+    - `lengths`: l, shape (n,).
+    - `force`: a fixed F (3,), or None (default) to take F = u, the control of the step.
+    - `chain`: whether the bodies form a chain from a fixed pivot (default True).
+    """
+
+    body: int = eqx.field(static=True)
+    lengths: Float[Array, " n"] = eqx.field(converter=jnp.asarray)
+    force: Float[Array, "3"] | None = None
+    chain: bool = eqx.field(default=True, static=True)
+
+    depends_on_velocity: ClassVar[bool] = False
+
+    def __call__(self, t, q, omega, u, params):
+        force = jnp.asarray(_given_or_control(self.force, u, "PointForce"))
+        if force.shape != (3,):
+            raise ValueError(f"PointForce takes a force of shape (3,); got {force.shape}")
+        n = q.shape[0]
+        index = jnp.arange(n)
+        acts = (index <= self.body) if self.chain else (index == self.body)
+        return jnp.where(acts[:, None], self.lengths[:, None] * force[None, :], 0.0)

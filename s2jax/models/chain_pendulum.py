@@ -18,11 +18,13 @@ the two differ by the reflection x₃ ↦ −x₃. With this choice n = 1 is
 `spherical_pendulum` and n = 2 is 002 Example 1 (`double_spherical_pendulum`).
 
 001 takes the base torque τ and the tip force d of (40) as generalized forces; they are not
-part of the Lagrangian and are left out here.
+part of the Lagrangian: `base_torque_and_tip_force` builds them for `simulate(force=...)`.
 """
 
 import jax.numpy as jnp
 import numpy as np
+
+from ..forces import PivotTorque, PointForce
 
 
 def _mass_beyond(masses):
@@ -86,3 +88,23 @@ def paper_state(n=3):
     if n >= 2:
         omega0[-1] = [0.0, 1.0, 0.0]
     return q0, omega0
+
+
+def base_torque_and_tip_force(params, disturbance):
+    """001 §V's forces: a control torque τ = u at the pivot and a known force d at the tip.
+
+    As generalized forces of 001 (10) (conjugate to δq_i) they are
+
+        f₁ = τ × q₁ + l₁ d,    f_j = l_j d  (j ≥ 2).
+
+    **001 prints f₁ = τ + l₁ S(q₁) d, f_j = l_j S(q_j) d**: those are the moments of the same
+    loads (their virtual work written in the angular variations γ_i, δq_i = γ_i × q_i), not the
+    generalized forces that (11), (17), (19) and (40) take; inserted as printed they rotate the
+    torque by 90° about q₁ (`tests/test_control_forces.py` checks ours against a Cartesian
+    simulation of the same chain, written independently).
+
+    **Arguments:** `params` (for the lengths l) and `disturbance`, d ∈ ℝ³ in newtons.
+
+    **Returns:** an `s2jax.AbstractForce`; the control u of each step is τ (3,), in N·m.
+    """
+    return PivotTorque(0) + PointForce(len(params["lengths"]) - 1, params["lengths"], force=jnp.asarray(disturbance))
