@@ -1,6 +1,6 @@
 """s2jax: differentiable variational integrators for mechanical systems on (S²)ⁿ."""
 
-from . import fit as fit, forces as forces, io as io, models as models
+from . import control as control, fit as fit, forces as forces, io as io, models as models
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     CheckpointedAdjoint as CheckpointedAdjoint,

@@ -42,3 +42,24 @@ def chart_to_state(
     q = cayley_rotate(f, base_q)
     omega = cayley_rotate(f, base_omega + jnp.einsum("...k,...kc->...c", b, basis))
     return q, omega
+
+
+def state_to_chart(
+    base_q: Float[Array, "*batch n 3"],
+    base_omega: Float[Array, "*batch n 3"],
+    basis: Float[Array, "*batch n 2 3"],
+    q: Float[Array, "*batch n 3"],
+    omega: Float[Array, "*batch n 3"],
+) -> tuple[Float[Array, "*batch n 2"], Float[Array, "*batch n 2"]]:
+    """The coordinates (a, b) of (q, ω) around (q̄, ω̄): the inverse of `chart_to_state`.
+
+    The rotation F = cay(f) with f ⊥ q̄ that takes q̄ to q turns about q̄ × q by the angle θ
+    between them, so f = tan(θ/2) (q̄ × q)/|q̄ × q| = q̄ × q / (1 + q̄·q); then δq = 2 f × q̄
+    (from f = ½ q̄ × δq) and δω = Fᵀω − ω̄. Defined for every q but −q̄.
+    """
+    f = jnp.cross(base_q, q) / (1.0 + jnp.sum(base_q * q, axis=-1, keepdims=True))
+    delta_q = 2.0 * jnp.cross(f, base_q)
+    delta_omega = cayley_rotate(-f, omega) - base_omega
+    a = jnp.einsum("...kc,...c->...k", basis, delta_q)
+    b = jnp.einsum("...kc,...c->...k", basis, delta_omega)
+    return a, b

@@ -9,14 +9,13 @@ simulation's loss is a narrow valley among plateaus; short segments keep each si
 to its linearisation.
 """
 
-from collections.abc import Callable
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from ._chart import chart_to_state
 from ._custom_types import Array, Bool, Float, Lagrangian, Params
+from ._force import AbstractForce
 from ._integrators import AbstractIntegrator
 from ._results import RESULTS
 from ._simulate import simulate
@@ -55,9 +54,10 @@ class MultipleShooting(eqx.Module):
         return q, omega
 
     def run(
-        self, params: Params, coordinates, simulate_segment: Callable | None = None
+        self, params: Params, coordinates, force: AbstractForce | None = None, controls: Array | None = None
     ) -> tuple[Float[Array, "S L+1 n 3"], Float[Array, "S L+1 n 3"], Float[Array, "S-1 2 n 3"], Bool[Array, ""]]:
-        """Simulate every segment (vmapped) with `params`.
+        """Simulate every segment (vmapped) with `params`, and `force` driven by `controls`, shape
+        (S, L, …): the controls of each segment's steps (None without controls).
 
         **Returns:** `(q, omega, jumps, failed)`: the states of each segment, shape
         (S, L + 1, n, 3); the jumps (q_end − q_start, T(ω_end − ω_start)) between consecutive
@@ -66,14 +66,14 @@ class MultipleShooting(eqx.Module):
         """
         q_start, omega_start = self.starts(coordinates)
 
-        def run(q, omega):
+        def run(q, omega, u):
             solution = simulate(
                 self.lagrangian, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment,
-                integrator=self.integrator, throw=False,
+                integrator=self.integrator, force=force, controls=u, throw=False,
             )
             return solution.q, solution.omega, solution.result != RESULTS.successful
 
-        q, omega, failed = jax.vmap(run)(q_start, omega_start)
+        q, omega, failed = jax.vmap(run)(q_start, omega_start, controls)
         duration = self.dt * self.steps_per_segment
         jumps = jnp.stack([q[:-1, -1] - q_start[1:], duration * (omega[:-1, -1] - omega_start[1:])], axis=1)
         return q, omega, jumps, jnp.any(failed)

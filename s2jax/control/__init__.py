@@ -1,0 +1,11 @@
+"""Trajectory optimisation through the forced variational integrator (001 (10); 002 (3.10)–(3.13)).
+
+Define a `Problem` (dynamics, costs, bounds, terminal constraint) and call `solve` with a
+solver: `SingleShooting`, `MultipleShooting` or `ILQR`.
+"""
+
+from ._ilqr import ILQR as ILQR
+from ._problem import ControlSolution as ControlSolution, Problem as Problem
+from ._shooting import MultipleShooting as MultipleShooting, SingleShooting as SingleShooting
+from ._solve import solve as solve
+from ._solver import AbstractControlSolver as AbstractControlSolver

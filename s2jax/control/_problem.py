@@ -1,0 +1,140 @@
+"""A trajectory optimisation problem on T(S²)ⁿ and what its solvers return.
+
+The dynamics are a forced simulation (`s2jax.simulate` with `force` and open-loop `controls`):
+the discrete Lagrange–d'Alembert integrator by default, so the optimiser differentiates the
+same structure-preserving map it will be judged by. The cost of controls u_0 … u_{N−1} from
+(q_0, ω_0) is
+
+    J(u) = Σ_{k<N} h ℓ(t_k, q_k, ω_k, u_k) + Φ(q_N, ω_N),
+
+the controls are held over each step (zero-order hold), may be boxed, lower ≤ u_k ≤ upper,
+and the final state may be pinned by a terminal constraint c(q_N, ω_N) = 0.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._custom_types import Array, Float, Int, Lagrangian, Params
+from .._force import AbstractForce
+from .._integrators import AbstractIntegrator, VariationalIntegrator
+from .._results import RESULTS
+from .._simulate import Solution, simulate
+from .._system import LagrangianSystem
+
+
+class Problem(eqx.Module):
+    """An optimal control problem: dynamics, costs, bounds and a terminal constraint.
+
+    **Fields:**
+
+    - `lagrangian`, `params`: the model, as for `simulate`.
+    - `force`: an `s2jax.AbstractForce` that reads the control u (e.g.
+      `s2jax.forces.PivotTorque(0)`); it may also hold known loads (a disturbance).
+    - `dt`, `num_steps`: the step h and the number of steps N (horizon N h).
+    - `running_cost`: ℓ(t, q, ω, u) -> scalar, integrated as Σ h ℓ.
+    - `terminal_cost`: Φ(q_N, ω_N) -> scalar (default 0).
+    - `terminal_constraint`: c(q_N, ω_N) -> vector, to be driven to zero (default none).
+    - `lower`, `upper`: box bounds on each u_k, arrays of shape `control_shape` (default none).
+    - `control_shape`: the shape of one u_k (default (3,), a torque).
+    - `integrator`: the integrator of the dynamics (default `VariationalIntegrator()`).
+    """
+
+    lagrangian: Lagrangian
+    params: Params
+    force: AbstractForce
+    dt: float
+    num_steps: int = eqx.field(static=True)
+    running_cost: Callable
+    terminal_cost: Callable | None = None
+    terminal_constraint: Callable | None = None
+    lower: Float[Array, "..."] | None = None
+    upper: Float[Array, "..."] | None = None
+    control_shape: tuple[int, ...] = eqx.field(static=True, default=(3,))
+    integrator: AbstractIntegrator = VariationalIntegrator()
+
+    def __check_init__(self):
+        if (self.lower is None) != (self.upper is None):
+            raise ValueError("give both `lower` and `upper` bounds, or neither")
+        if not isinstance(self.force, AbstractForce):
+            raise TypeError(f"`force` must be an s2jax.AbstractForce that reads the control; got {self.force!r}")
+        if self.dt <= 0 or self.num_steps < 1:
+            raise ValueError(f"need dt > 0 and num_steps ≥ 1; got dt = {self.dt}, num_steps = {self.num_steps}")
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None
+
+    def clip(self, controls: Float[Array, "N ..."]) -> Float[Array, "N ..."]:
+        """The controls moved into the box (unchanged without bounds)."""
+        return controls if not self.bounded else jnp.clip(controls, self.lower, self.upper)
+
+    def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
+        """The trajectory of `controls` from (q0, ω0): every step saved."""
+        return simulate(
+            self.lagrangian, q0, omega0, self.params, dt=self.dt, num_steps=self.num_steps,
+            integrator=self.integrator, force=self.force, controls=controls, throw=throw, **kwargs,
+        )
+
+    def step(self, t, q, omega, u):
+        """One step of the dynamics from (q, ω) at t with u held: `((q_next, ω_next), result)`.
+
+        The same step as `simulate` takes (the integrator's state is initialised afresh, which
+        changes only Newton's starting point, not the solution).
+        """
+        system = LagrangianSystem(self.lagrangian, self.force)
+        args = dataclasses.replace(system.prepare(q, self.params), control=u)
+        state = self.integrator.init(system, t, (q, omega), args)
+        y, _, result = self.integrator.step(system, t, jnp.asarray(self.dt, q.dtype), (q, omega), args, state)
+        return y, result
+
+    def running(self, t, q, omega, controls) -> Float[Array, ""]:
+        """Σ_k h ℓ(t_k, q_k, ω_k, u_k) over states 0 … N − 1."""
+        return self.dt * jnp.sum(jax.vmap(self.running_cost)(t, q, omega, controls))
+
+    def terminal(self, q, omega) -> Float[Array, ""]:
+        return jnp.zeros((), q.dtype) if self.terminal_cost is None else self.terminal_cost(q, omega)
+
+    def constraint(self, q, omega) -> Float[Array, " c"]:
+        """c(q_N, ω_N), flattened (empty without a terminal constraint)."""
+        if self.terminal_constraint is None:
+            return jnp.zeros((0,), q.dtype)
+        return jnp.ravel(self.terminal_constraint(q, omega))
+
+    def cost(self, solution: Solution, controls) -> Float[Array, ""]:
+        """J of a simulated trajectory (saved at every step)."""
+        return self.running(solution.t[:-1], solution.q[:-1], solution.omega[:-1], controls) + self.terminal(
+            solution.q[-1], solution.omega[-1]
+        )
+
+
+class ControlSolution(eqx.Module):
+    """What `s2jax.control.solve` returns.
+
+    **Fields:**
+
+    - `controls`: the optimal u_0 … u_{N−1}, shape (N, *control_shape), inside the bounds.
+    - `t`, `q`, `omega`: the trajectory they produce (re-simulated from them), (N + 1, …).
+    - `cost`: J of that trajectory; `cost_history`: J after each inner iteration (NaN past the
+      last one), shape (max iterations,).
+    - `constraint_violation`: max |c(q_N, ω_N)| (and, for multiple shooting, of the segment jumps
+      before the final re-simulation); 0 without constraints.
+    - `result`: `RESULTS.successful`, or why not (`RESULTS.optimisation_not_converged`, a
+      simulation failure).
+    - `num_iterations`: inner iterations in all; `num_outer_iterations`: augmented-Lagrangian
+      updates of the multipliers.
+    """
+
+    controls: Float[Array, "N ..."]
+    t: Float[Array, " N+1"]
+    q: Float[Array, "N+1 n 3"]
+    omega: Float[Array, "N+1 n 3"]
+    cost: Float[Array, ""]
+    cost_history: Float[Array, " iterations"]
+    constraint_violation: Float[Array, ""]
+    result: RESULTS
+    num_iterations: Int[Array, ""]
+    num_outer_iterations: Int[Array, ""]

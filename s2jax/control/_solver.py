@@ -1,0 +1,157 @@
+"""The interface of a trajectory-optimisation solver, and the augmented-Lagrangian loop around it.
+
+Every solver minimises, over its own decision variables, the augmented objective
+
+    J(u) + λ·c + ρ/2 |c|²,
+
+where c collects the equality constraints (the terminal constraint c(q_N, ω_N) = 0 and, for
+multiple shooting, the jumps between segments). `solve` updates the multipliers between inner
+solves, λ ← λ + ρ c, and raises ρ tenfold when |c| has not fallen by 4× (Nocedal & Wright,
+Algorithm 17.4, in its simplest form). Everything runs inside one compiled computation, so
+`jax.vmap` over initial states solves a batch in one call.
+"""
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from .._custom_types import Array, Bool, Float, Int
+from ._problem import Problem
+
+
+class AbstractControlSolver(eqx.Module):
+    """A solver of `Problem`s: decision variables, an inner minimisation, constraints, controls.
+
+    `max_steps` bounds the inner iterations of each augmented-Lagrangian round.
+    """
+
+    max_steps: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def init(self, problem: Problem, q0, omega0, controls: Float[Array, "N ..."]):
+        """The decision variables for the initial guess `controls` (inside the bounds)."""
+
+    @abc.abstractmethod
+    def constraints(self, problem: Problem, q0, omega0, decision) -> Float[Array, " c"]:
+        """All equality constraints at `decision`, flattened."""
+
+    @abc.abstractmethod
+    def minimise(
+        self, problem: Problem, q0, omega0, decision, multipliers: Float[Array, " c"], penalty: Float[Array, ""]
+    ) -> tuple[object, Float[Array, " max_steps"], Int[Array, ""], Bool[Array, ""]]:
+        """Minimise the augmented objective from `decision`.
+
+        **Returns:** `(decision, objective, num_steps, converged)`: the new decision variables,
+        the augmented objective after each iteration (NaN past `num_steps`), the iterations
+        taken, and whether the inner tolerance was met.
+        """
+
+    @abc.abstractmethod
+    def controls(self, problem: Problem, decision) -> Float[Array, "N ..."]:
+        """The controls u_0 … u_{N−1} of `decision`."""
+
+
+def augmented_lagrangian(constraint, multipliers, penalty):
+    """λ·c + ρ/2 |c|²."""
+    return jnp.dot(multipliers, constraint) + 0.5 * penalty * jnp.dot(constraint, constraint)
+
+
+def violation(constraint) -> Float[Array, ""]:
+    return jnp.max(jnp.abs(constraint), initial=0.0)
+
+
+def run_augmented_lagrangian(
+    solver: AbstractControlSolver,
+    problem: Problem,
+    q0,
+    omega0,
+    decision,
+    *,
+    max_outer_steps: int,
+    tolerance: float,
+    penalty: float,
+):
+    """Inner solves and multiplier updates until the constraints hold to `tolerance`.
+
+    **Returns:** `(decision, history, num_iterations, num_outer, converged, violation)`.
+    """
+    num_constraints = solver.constraints(problem, q0, omega0, decision).size
+    max_outer = max_outer_steps if num_constraints else 1
+    history0 = jnp.full(((max_outer + 1) * solver.max_steps,), jnp.nan, q0.dtype)
+
+    def cond(carry):
+        _, _, _, _, outer, _, done, _ = carry
+        return (outer < max_outer) & ~done
+
+    def body(carry):
+        decision, multipliers, rho, history, outer, total, _, previous = carry
+        decision, objective, steps, converged = solver.minimise(problem, q0, omega0, decision, multipliers, rho)
+        history = lax.dynamic_update_slice(history, objective, (total,))
+        constraint = solver.constraints(problem, q0, omega0, decision)
+        size = violation(constraint)
+        multipliers = multipliers + rho * constraint
+        rho = jnp.where(size > 0.25 * previous, 10.0 * rho, rho)
+        done = converged & (size <= tolerance)
+        return decision, multipliers, rho, history, outer + 1, total + steps, done, size
+
+    initial = violation(solver.constraints(problem, q0, omega0, decision))
+    carry = (
+        decision, jnp.zeros((num_constraints,), q0.dtype), jnp.asarray(penalty, q0.dtype), history0,
+        jnp.array(0), jnp.array(0), jnp.array(False), initial,
+    )
+    decision, _, _, history, outer, total, done, size = lax.while_loop(cond, body, carry)
+    return decision, history[: max_outer * solver.max_steps], total, outer, done, size
+
+
+def squash(z, lower, upper):
+    """u = m + r tanh(z), m, r the box's centre and half-width: unconstrained z ↦ the open box."""
+    return 0.5 * (upper + lower) + 0.5 * (upper - lower) * jnp.tanh(z)
+
+
+def unsquash(u, lower, upper):
+    """The inverse of `squash`, for u strictly inside the box (clipped 1e-9 from its faces)."""
+    s = (u - 0.5 * (upper + lower)) / (0.5 * (upper - lower))
+    return jnp.arctanh(jnp.clip(s, -1.0 + 1e-9, 1.0 - 1e-9))
+
+
+def optax_minimise(loss, z, optimizer: optax.GradientTransformation, max_steps: int, rtol: float, gtol: float):
+    """`optimizer` on `loss` from z, in a `lax.while_loop` (so it can be jitted and vmapped).
+
+    Stops at an iterate where max|∇loss| ≤ gtol, or whose loss is at most rtol·|loss| below
+    the previous iterate's. optax mixes int32 and int64 counters, which strict dtype promotion
+    rejects, so the loop is traced under standard promotion.
+
+    **Returns:** `(z, values, num_steps, converged)`, values the loss at each iterate.
+    """
+    with jax.numpy_dtype_promotion("standard"):
+        state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), optimizer.init(z))
+        if optax.tree.get(state, "value") is None:  # optimisers without a line search
+            value_and_grad = lambda z, state: jax.value_and_grad(loss)(z)  # noqa: E731
+        else:  # L-BFGS keeps the value and gradient of the accepted line-search point
+            value_and_grad = lambda z, state: optax.value_and_grad_from_state(loss)(z, state=state)  # noqa: E731
+
+        def cond(carry):
+            _, _, k, _, _, done = carry
+            return (k < max_steps) & ~done
+
+        def body(carry):
+            z, state, k, values, previous, _ = carry
+            value, grad = value_and_grad(z, state)
+            updates, state = optimizer.update(grad, state, z, value=value, grad=grad, value_fn=loss)
+            values = values.at[k].set(value)
+            flat_grad = jnp.concatenate([jnp.ravel(g) for g in jax.tree.leaves(grad)])
+            small_grad = jnp.max(jnp.abs(flat_grad)) <= gtol
+            stalled = (k > 0) & (jnp.abs(previous - value) <= rtol * jnp.abs(previous))
+            done = small_grad | stalled
+            z = jax.tree.map(lambda old, new: jnp.where(done, old, new), z, optax.apply_updates(z, updates))
+            return z, state, k + 1, values, value, done
+
+        dtype = jax.tree.leaves(z)[0].dtype
+        values = jnp.full((max_steps,), jnp.nan, dtype)
+        carry = (z, state, jnp.array(0), values, jnp.asarray(jnp.inf, dtype), jnp.array(False))
+        z, _, steps, values, _, done = lax.while_loop(cond, body, carry)
+    return z, values, steps, done
