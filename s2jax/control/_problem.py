@@ -70,7 +70,13 @@ class Problem(eqx.Module):
 
     def clip(self, controls: Float[Array, "N ..."]) -> Float[Array, "N ..."]:
         """The controls moved into the box (unchanged without bounds)."""
-        return controls if not self.bounded else jnp.clip(controls, self.lower, self.upper)
+        if not self.bounded:
+            return controls
+        return jnp.clip(controls, *self.bounds(controls.shape))
+
+    def bounds(self, shape) -> tuple[Array, Array]:
+        """`lower` and `upper` broadcast to `shape` (e.g. that of all the controls)."""
+        return jnp.broadcast_to(self.lower, shape), jnp.broadcast_to(self.upper, shape)
 
     def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
         """The trajectory of `controls` from (q0, ω0): every step saved."""

@@ -17,11 +17,11 @@ from ._solver import AbstractControlSolver, augmented_lagrangian, optax_minimise
 
 
 def _to_controls(problem: Problem, z):
-    return z if not problem.bounded else squash(z, problem.lower, problem.upper)
+    return z if not problem.bounded else squash(z, *problem.bounds(z.shape))
 
 
 def _from_controls(problem: Problem, u):
-    return u if not problem.bounded else unsquash(u, problem.lower, problem.upper)
+    return u if not problem.bounded else unsquash(u, *problem.bounds(u.shape))
 
 
 def _penalise_failure(value, failed):

@@ -1,0 +1,123 @@
+"""Trajectory optimisation (`s2jax.control`): the solvers against each other and the goals reached."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import s2jax as s2
+from s2jax.control.examples import UPRIGHT, spherical_pendulum_swing_up
+from s2jax.models import spherical_pendulum as pendulum
+
+PARAMS = {"m": 1.0, "r": 1.0, "g": 9.81}
+TARGET = np.array([[0.6, 0.0, 0.8]])
+
+
+def _reach_problem():
+    """A short, smooth problem all three solvers must agree on: move a pendulum hanging at
+    36.9° towards TARGET in 0.4 s, cost ∫ |u|² + 100 |q_N − target|² + |ω_N|²."""
+    target = jnp.asarray(TARGET)
+    return s2.control.Problem(
+        pendulum.lagrangian, PARAMS, s2.forces.PivotTorque(0), 0.02, 20,
+        running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+        terminal_cost=lambda q, omega: 100.0 * jnp.sum((q - target) ** 2) + jnp.sum(omega**2),
+    )
+
+
+@pytest.mark.slow
+def test_the_three_solvers_find_the_same_optimum():
+    """Single shooting, multiple shooting and iLQR converge to the same cost (1e-8) and controls.
+
+    The optimum is also a true one: the gradient of the cost by central differences, along a
+    random direction, vanishes at it.
+    """
+    problem = _reach_problem()
+    q0, omega0 = np.array([[0.0, 0.6, 0.8]]), np.zeros((1, 3))
+    solutions = [
+        s2.control.solve(problem, q0, omega0, solver=solver)
+        for solver in (s2.control.SingleShooting(), s2.control.MultipleShooting(num_segments=4), s2.control.ILQR())
+    ]
+    reference, multiple, ilqr = solutions
+    for solution in (multiple, ilqr):
+        assert float(solution.cost) == pytest.approx(float(reference.cost), rel=1e-8)
+    np.testing.assert_allclose(ilqr.controls, reference.controls, atol=1e-5)
+    # Multiple shooting stops on the augmented Lagrangian's jump tolerance (1e-6), where the cost
+    # is flat to second order: its smallest curvature in u is ~2h = 0.04, so a 1e-8 relative cost
+    # difference (J ≈ 23) allows ~1e-3 in the controls (measured 5e-4).
+    np.testing.assert_allclose(multiple.controls, reference.controls, atol=1e-3)
+
+    def cost(controls):
+        return problem.cost(problem.simulate(q0, omega0, controls), controls)
+
+    direction = jnp.asarray(np.random.default_rng(0).normal(size=reference.controls.shape))
+    slope = (cost(reference.controls + 1e-3 * direction) - cost(reference.controls - 1e-3 * direction)) / 2e-3
+    assert abs(float(slope)) < 1e-6 * float(jnp.linalg.norm(direction)) * float(reference.cost)
+
+
+@pytest.fixture(scope="module")
+def swing_up():
+    problem, q0, omega0, init = spherical_pendulum_swing_up()
+    return problem, q0, omega0, s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR(), init=init)
+
+
+@pytest.mark.slow
+def test_ilqr_swings_the_pendulum_up_within_the_bounds(swing_up):
+    """Upright at rest within 1e-3 in q and ω at T = 6 s, with |u_i| ≤ 0.3 m g r throughout;
+    too weak to lift the bob directly, the torque pumps it up over several swings (the bob
+    crosses the vertical plane x = 0 at least three times)."""
+    problem, _, _, solution = swing_up
+    assert solution.result == s2.RESULTS.successful
+    assert float(jnp.max(jnp.abs(solution.q[-1, 0] - UPRIGHT))) < 1e-3
+    assert float(jnp.max(jnp.abs(solution.omega[-1]))) < 1e-3
+    assert float(jnp.max(jnp.abs(solution.controls))) <= 0.3 * 9.81 + 1e-12
+    sides = np.sign(np.asarray(solution.q[1:, 0, 1]))
+    assert np.count_nonzero(sides[1:] != sides[:-1]) >= 3
+    assert float(solution.constraint_violation) < 1e-6
+
+
+@pytest.mark.slow
+def test_returned_trajectory_resimulates_from_the_returned_controls(swing_up):
+    """`simulate` with the returned controls reproduces the returned trajectory to round-off."""
+    problem, q0, omega0, solution = swing_up
+    again = s2.simulate(
+        pendulum.lagrangian, q0, omega0, problem.params, dt=problem.dt, num_steps=problem.num_steps,
+        force=problem.force, controls=solution.controls,
+    )
+    # Round-off, amplified on the way up: near upright perturbations grow like e^{√(g/r) t}, and
+    # XLA orders the same arithmetic differently inside and outside the solve's computation
+    # (measured 6e-13 at the end of 6 s).
+    np.testing.assert_allclose(again.q, solution.q, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(again.omega, solution.omega, rtol=0, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_a_batch_of_solves_under_vmap_equals_the_single_solves():
+    problem = _reach_problem()
+    angles = np.array([0.3, 0.5, 0.7])
+    q0 = np.stack([[[0.0, np.sin(a), np.cos(a)]] for a in angles])
+    omega0 = np.zeros_like(q0)
+    solver = s2.control.ILQR()
+    batch = jax.vmap(lambda q, w: s2.control.solve(problem, q, w, solver=solver, throw=False))(q0, omega0)
+    assert np.all(batch.result._value == s2.RESULTS.successful._value)
+    for i in range(len(angles)):
+        single = s2.control.solve(problem, q0[i], omega0[i], solver=solver)
+        np.testing.assert_allclose(batch.controls[i], single.controls, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [(dict(init=np.zeros((5, 3))), "init"), (dict(solver="ilqr"), "solver")],
+)
+def test_bad_arguments_are_refused(kwargs, message):
+    options = dict(solver=s2.control.ILQR())
+    options.update(kwargs)
+    with pytest.raises((ValueError, TypeError), match=message):
+        s2.control.solve(_reach_problem(), np.array([[0.0, 0.6, 0.8]]), np.zeros((1, 3)), **options)
+
+
+def test_problem_checks_its_bounds_and_force():
+    with pytest.raises(ValueError, match="both"):
+        s2.control.Problem(pendulum.lagrangian, PARAMS, s2.forces.PivotTorque(0), 0.02, 20,
+                           running_cost=lambda t, q, w, u: 0.0, lower=-jnp.ones(3))
+    with pytest.raises(TypeError, match="AbstractForce"):
+        s2.control.Problem(pendulum.lagrangian, PARAMS, lambda *a: 0.0, 0.02, 20, running_cost=lambda t, q, w, u: 0.0)
