@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, PartitionSpec
 
 from ._adjoint import AbstractAdjoint, DirectAdjoint
-from ._custom_types import ArrayLike, Float, Lagrangian, Params
+from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
@@ -37,7 +37,7 @@ def simulate_batch(
     *,
     dt: float | Float[ArrayLike, ""],
     num_steps: int,
-    params_axis: int | None = None,
+    params_axis: PyTree[int | None] = None,
     devices: Sequence[jax.Device] | None = None,
     integrator: AbstractIntegrator | AbstractAdaptiveIntegrator = VariationalIntegrator(),
     force: AbstractForce | Callable | None = None,
@@ -59,9 +59,10 @@ def simulate_batch(
     - `lagrangian`, `dt`, `num_steps`, `integrator`, `force`, `save_every`, `adjoint`: as
       for `simulate`, the same for every member.
     - `q0`, `omega0`: the initial states, shape (B, n, 3).
-    - `params`: a PyTree, shared by all members (`params_axis=None`, the default), or with a
-      leading batch axis of size B on every array leaf (`params_axis=0`; float leaves that
-      are not arrays are shared).
+    - `params`: a PyTree, shared by all members by default.
+    - `params_axis`: which leaves of `params` have a leading batch axis of size B, as
+      `in_axes` of `jax.vmap`: `None` (shared), `0` (all, Python floats too), or a PyTree
+      prefix of `params` with leaves 0 or None, e.g. `{"l1": 0, "l2": None, ...}`.
     - `devices`: the devices to split the batch over, each given an equal share.
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
@@ -76,8 +77,6 @@ def simulate_batch(
     **Returns:** a `Solution` whose every field has a leading batch axis of size B (`t` too,
     as under `jax.vmap`), sharded over `devices` when D divides B.
     """
-    if params_axis not in (None, 0):
-        raise ValueError(f"params_axis must be None (shared params) or 0 (batched params); got {params_axis!r}")
     q0 = jnp.asarray(q0)
     omega0 = jnp.asarray(omega0)
     for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):
@@ -91,15 +90,7 @@ def simulate_batch(
     if omega0.shape != q0.shape:
         raise ValueError(f"omega0 must have the shape of q0, {q0.shape}; got {omega0.shape}")
     batch_size = q0.shape[0]
-    params = jtu.tree_map(_trace_floats, params)
-    dynamic, static = eqx.partition(params, eqx.is_array)
-    if params_axis == 0:
-        for path, leaf in jtu.tree_leaves_with_path(dynamic):
-            if leaf.shape[:1] != (batch_size,):
-                raise ValueError(
-                    f"with params_axis=0 every array leaf of params needs a leading batch axis of size "
-                    f"{batch_size}; params{jtu.keystr(path)} has shape {leaf.shape}"
-                )
+    dynamic, static, axes = _split_params(params, params_axis, batch_size)
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
     dt = jnp.asarray(dt, dtype=q0.dtype)
@@ -108,7 +99,7 @@ def simulate_batch(
     if not isinstance(dt, jax.core.Tracer) and not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be positive and finite; got {float(dt)}")
     member = _Member(lagrangian, static, num_steps, integrator, force, save_every, adjoint)
-    solution = _sharded_vmap(member, mesh, params_axis, q0, omega0, dynamic, dt)
+    solution = _sharded_vmap(member, mesh, axes, q0, omega0, dynamic, dt)
     if throw:
         codes = solution.result._value
         if isinstance(codes, jax.core.Tracer):
@@ -146,9 +137,37 @@ class _Member(eqx.Module):
         )
 
 
+def _split_params(params, params_axis, batch_size):
+    """`(dynamic, static, axes)`: the array leaves of params (floats made arrays, as in
+    `simulate`), the rest, and for each dynamic leaf its batch axis, 0 or None."""
+    params = jtu.tree_map(_trace_floats, params)
+    try:
+        axes = jtu.tree_map(
+            lambda axis, subtree: jtu.tree_map(lambda _: axis, subtree), params_axis, params,
+            is_leaf=lambda x: x is None,
+        )
+    except ValueError as error:
+        raise ValueError(f"params_axis must be None, 0 or a PyTree prefix of params; {error}") from None
+    dynamic, static = eqx.partition(params, eqx.is_array)
+    leaf_axes = jtu.tree_leaves(axes, is_leaf=lambda x: x is None)
+    for (path, leaf), axis in zip(jtu.tree_leaves_with_path(params), leaf_axes):
+        if axis not in (None, 0):
+            raise ValueError(
+                f"params_axis must be None or 0 for each leaf of params; got {axis!r} for params{jtu.keystr(path)}"
+            )
+        if axis == 0 and not (eqx.is_array(leaf) and leaf.shape[:1] == (batch_size,)):
+            raise ValueError(
+                f"params{jtu.keystr(path)} has params_axis 0, so it needs a leading batch axis of size "
+                f"{batch_size}; got {getattr(leaf, 'shape', type(leaf).__name__)}"
+            )
+    axes = jtu.tree_map(lambda _, axis: axis, dynamic, axes)
+    return dynamic, static, axes
+
+
 @eqx.filter_jit
-def _sharded_vmap(one: _Member, mesh, params_axis, q0, omega0, dynamic, dt):
-    """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it."""
+def _sharded_vmap(one: _Member, mesh, axes, q0, omega0, dynamic, dt):
+    """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it; `axes`
+    says which leaves of `dynamic` (the array leaves of params) are batched too."""
     batch_size = q0.shape[0]
     padded = math.ceil(batch_size / mesh.size) * mesh.size
 
@@ -158,15 +177,14 @@ def _sharded_vmap(one: _Member, mesh, params_axis, q0, omega0, dynamic, dt):
 
     batched = PartitionSpec(_AXIS)
     shared = PartitionSpec()
-    params_spec = batched if params_axis == 0 else shared
-    if params_axis == 0:
-        dynamic = jtu.tree_map(pad, dynamic)
-    local = jax.vmap(one, in_axes=(0, 0, params_axis, None))
+    dynamic = jtu.tree_map(lambda x, axis: x if axis is None else pad(x), dynamic, axes)
+    params_specs = jtu.tree_map(lambda _, axis: shared if axis is None else batched, dynamic, axes)
+    local = jax.vmap(one, in_axes=(0, 0, axes, None))
     # check_vma=False: the per-device program has no collectives for the check to guard, and
     # the integrators' loops start carries from constants (unsharded) that become per-member
     # (sharded) values, which the check would reject.
     solution = jax.shard_map(
-        local, mesh=mesh, in_specs=(batched, batched, params_spec, shared), out_specs=batched, check_vma=False
+        local, mesh=mesh, in_specs=(batched, batched, params_specs, shared), out_specs=batched, check_vma=False
     )(pad(q0), pad(omega0), dynamic, dt)
     if padded == batch_size:
         return solution
