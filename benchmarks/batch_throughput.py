@@ -174,10 +174,11 @@ def main():
         return child(arguments.child, arguments.steps)
     closed_form_error = check_closed_form(jax.tree_util.tree_map(jnp.asarray, dsp.paper_params()))
     payload = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "dt": DT, "repeats": REPEATS,
-               "closed_form_check_max_error": closed_form_error}
+               "closed_form_check_max_error": closed_form_error, "load_average_at_start": os.getloadavg()}
     if jax.default_backend() == "cpu":
         batch_size, num_steps = (64, 20) if arguments.quick else (1024, 1000)
         payload["host_device_scaling"] = cpu_scaling(batch_size, num_steps, (1, 2))
+        payload["load_average_at_end"] = os.getloadavg()  # other work on the cores slows every method
         name = "batch_throughput_cpu"
     else:
         num_steps = 20 if arguments.quick else 200
