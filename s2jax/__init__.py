@@ -7,6 +7,7 @@ from ._adjoint import (
     DirectAdjoint as DirectAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
 )
+from ._batch import simulate_batch as simulate_batch
 from ._diagnostics import (
     energy as energy,
     figures_of_merit as figures_of_merit,

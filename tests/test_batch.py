@@ -1,0 +1,259 @@
+"""`simulate_batch` over several host devices, against `jax.vmap(simulate)` and a Python loop.
+
+The number of host devices is fixed when jax starts, and this process already runs on one, so
+the sharded runs happen in one subprocess started with
+XLA_FLAGS=--xla_force_host_platform_device_count=4; it prints what the tests below check.
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import s2jax as s2
+
+dsp = s2.models.double_spherical_pendulum
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+_SCRIPT = r"""
+import json
+import jax
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec
+import s2jax as s2
+
+out = {"devices": jax.device_count()}
+def gap(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+# 1. The implicit VI on the double pendulum of 002 Example 1, params batched (l1 varies):
+#    6 members over 4 devices, so 2 members of padding.
+dsp = s2.models.double_spherical_pendulum
+keys = jax.random.split(jax.random.PRNGKey(0), 6)
+q0, w0 = jax.vmap(lambda k: s2.random_state(k, 2))(keys)
+lengths = jnp.linspace(8.0, 11.0, 6)
+options = dict(dt=0.01, num_steps=40, save_every=10)
+axes = {**dict.fromkeys(dsp.paper_params()), "l1": 0}
+sol = s2.simulate_batch(dsp.lagrangian, q0, w0, {**dsp.paper_params(), "l1": lengths}, params_axis=axes, **options)
+def one(q, w, l1):
+    return s2.simulate(dsp.lagrangian, q, w, {**dsp.paper_params(), "l1": l1}, **options)
+vmapped = jax.vmap(one)(q0, w0, lengths)
+loop = [one(q0[b], w0[b], lengths[b]) for b in range(6)]
+out["vi"] = {
+    "shape": list(sol.q.shape),
+    "codes": np.asarray(sol.result._value).tolist(),
+    "vs_vmap": max(gap(sol.q, vmapped.q), gap(sol.omega, vmapped.omega), gap(sol.t, vmapped.t)),
+    "vs_loop": max(max(gap(sol.q[b], loop[b].q), gap(sol.omega[b], loop[b].omega)) for b in range(6)),
+}
+
+# 2. The explicit VI (3.17) on three bodies with diagonal M, 8 members (no padding), shared
+#    params; member 1 needs |a| > 1 in (3.17) at its first step, member 5 starts off S².
+params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81}
+def lagrangian(q, qdot, p):
+    return 0.5 * jnp.sum(p["m"][:, None] * qdot**2) + jnp.sum(p["m"] * p["g"] * q[:, 2])
+keys = jax.random.split(jax.random.PRNGKey(1), 8)
+q0, w0 = jax.vmap(lambda k: s2.random_state(k, 3))(keys)
+w0 = w0.at[1].multiply(200.0)
+q0 = q0.at[5].multiply(1.001)
+options = dict(dt=0.01, num_steps=20, integrator=s2.ExplicitVariationalIntegrator())
+def batch(q0, w0, throw):
+    return s2.simulate_batch(lagrangian, q0, w0, params, throw=throw, **options)
+sol = batch(q0, w0, False)
+good = [0, 2, 3, 4, 6, 7]
+loop = {b: s2.simulate(lagrangian, q0[b], w0[b], params, **options) for b in good}
+out["explicit"] = {
+    "codes": np.asarray(sol.result._value).tolist(),
+    "failed_steps": np.asarray(sol.failed_step).tolist(),
+    "good_vs_loop": max(max(gap(sol.q[b], loop[b].q), gap(sol.omega[b], loop[b].omega)) for b in good),
+    "spec": str(sol.q.sharding.spec),
+    "shards": sorted([list(s.data.shape) for s in sol.q.addressable_shards]),
+    "shard_devices": len({s.device for s in sol.q.addressable_shards}),
+}
+q0_new, w0_new = jax.block_until_ready((q0[::-1], w0[::-1]))  # new values, same shapes
+compiles = []
+def on_event(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        compiles.append(event)
+jax.monitoring.register_event_duration_secs_listener(on_event)
+again = batch(q0_new, w0_new, False)
+out["explicit"]["compiles_on_new_values"] = len(compiles)
+out["explicit"]["reversed_codes"] = np.asarray(again.result._value).tolist()
+for name, call in (
+    ("eager_throw", lambda: batch(q0, w0, True)),
+    ("jit_throw", lambda: jax.jit(lambda w: batch(q0, w, True).q)(w0)),
+):
+    try:
+        call()
+        out[name] = None
+    except Exception as error:
+        out[name] = f"{type(error).__name__}: {error}"
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def four_devices():
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_sharded_batch_equals_vmap_and_a_loop_of_simulations(four_devices):
+    assert four_devices["devices"] == 4
+    vi = four_devices["vi"]
+    assert vi["shape"] == [6, 5, 2, 3]  # the 2 members of padding are dropped
+    assert vi["codes"] == [0] * 6
+    # The same arithmetic per member; XLA may fuse a vmapped slice of 2 differently from one
+    # of 6, and the round-off (1e-16) grows on the chaotic pendulum over the 40 steps.
+    assert vi["vs_vmap"] < 1e-12
+    assert vi["vs_loop"] < 1e-12
+
+
+@pytest.mark.slow
+def test_batch_is_split_evenly_over_the_devices(four_devices):
+    explicit = four_devices["explicit"]
+    assert explicit["spec"] in ("P('batch',)", "PartitionSpec('batch',)")  # the repr changed across jax versions
+    assert explicit["shard_devices"] == 4
+    assert explicit["shards"] == [[2, 21, 3, 3]] * 4
+    assert explicit["compiles_on_new_values"] == 0
+
+
+@pytest.mark.slow
+def test_bad_members_are_named_and_spare_the_others(four_devices):
+    explicit = four_devices["explicit"]
+    codes = explicit["codes"]
+    assert codes[1] == s2.RESULTS.step_too_large._value
+    assert codes[5] == s2.RESULTS.invalid_initial_state._value
+    assert [c for b, c in enumerate(codes) if b not in (1, 5)] == [0] * 6
+    assert explicit["failed_steps"][1] == 0 and explicit["failed_steps"][5] == 0
+    assert explicit["good_vs_loop"] < 1e-12
+    # reversed, the bad members are 6 and 2
+    assert [b for b, c in enumerate(explicit["reversed_codes"]) if c] == [2, 6]
+    assert four_devices["eager_throw"].startswith("SimulationError: s2jax.simulate (batch index (1,)): step 0 → 1")
+    assert four_devices["jit_throw"].startswith("ValueError: simulate_batch with throw=True inside jax.jit")
+
+
+def test_bad_arguments_are_named():
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    params = dsp.paper_params()
+    batch_q0, batch_omega0 = jnp.stack([q0, q0]), jnp.stack([omega0, omega0])
+
+    def run(q0=batch_q0, omega0=batch_omega0, params=params, **kwargs):
+        return s2.simulate_batch(dsp.lagrangian, q0, omega0, params, dt=kwargs.pop("dt", 0.01), num_steps=2, **kwargs)
+
+    with pytest.raises(ValueError, match=r"q0 must have shape \(B, n, 3\)"):
+        run(q0=q0, omega0=omega0)
+    with pytest.raises(ValueError, match=r"B ≥ 1"):
+        run(q0=batch_q0[:0], omega0=batch_omega0[:0])
+    with pytest.raises(ValueError, match="omega0 must have the shape of q0"):
+        run(omega0=batch_omega0[:1])
+    with pytest.raises(ValueError, match=r"params\['l1'\] has params_axis 0.* size 2; got \(3,\)"):
+        run(params={**params, "l1": jnp.ones(3)}, params_axis={**dict.fromkeys(params), "l1": 0})
+    with pytest.raises(ValueError, match=r"params\['g'\] has params_axis 0.* size 2; got \(\)"):
+        run(params_axis=0)
+    with pytest.raises(ValueError, match=r"must be None or 0 .* got 1 for params\['g'\]"):
+        run(params_axis=1)
+    with pytest.raises(ValueError, match="PyTree prefix of params"):
+        run(params_axis={"l1": 0})
+    with pytest.raises(ValueError, match="dt must be positive"):
+        run(dt=-0.01)
+    with pytest.raises(ValueError, match="q0 is complex"):
+        run(q0=batch_q0.astype(jnp.complex128))
+
+
+@pytest.mark.slow
+def test_one_device_matches_simulate():
+    """The same code path on this process's single device (no padding, no split)."""
+    q0, omega0 = (np.asarray(x) for x in dsp.paper_state())
+    scales = np.array([1.0, 0.5, 2.0])
+    params = {**dsp.paper_params(), "l1": jnp.asarray(9.81 * scales)}
+    batch = s2.simulate_batch(
+        dsp.lagrangian, np.stack([q0] * 3), scales[:, None, None] * omega0, params,
+        params_axis={**dict.fromkeys(params), "l1": 0},
+        dt=0.01, num_steps=20, save_every=20,
+    )
+    for b, scale in enumerate(scales):
+        alone = s2.simulate(
+            dsp.lagrangian, q0, scale * omega0, {**dsp.paper_params(), "l1": 9.81 * scale}, dt=0.01, num_steps=20,
+            save_every=20,
+        )
+        np.testing.assert_allclose(batch.q[b], alone.q, rtol=0, atol=1e-12)
+
+
+_PROCESS = r"""
+import json, sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(coordinator_address=sys.argv[2], num_processes=2, process_id=int(sys.argv[1]))
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+import s2jax as s2
+
+params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81}
+def lagrangian(q, qdot, p):
+    return 0.5 * jnp.sum(p["m"][:, None] * qdot**2) + jnp.sum(p["m"] * p["g"] * q[:, 2])
+q0, w0 = jax.vmap(lambda k: s2.random_state(k, 3))(jax.random.split(jax.random.PRNGKey(1), 6))
+options = dict(dt=0.01, num_steps=20, integrator=s2.ExplicitVariationalIntegrator())
+sol = s2.simulate_batch(lagrangian, q0, w0, params, **options)
+whole = multihost_utils.process_allgather(sol.q, tiled=True)
+alone = jax.vmap(lambda q, w: s2.simulate(lagrangian, q, w, params, **options).q)(q0, w0)
+out = {
+    "devices": jax.device_count(),
+    "addressable": sol.q.is_fully_addressable,
+    "rows": [[s.index[0].start, s.index[0].stop] for s in sol.q.addressable_shards],
+    "gap": float(np.max(np.abs(whole - np.asarray(alone)))),
+}
+try:
+    s2.simulate_batch(lagrangian, q0, w0.at[4].multiply(200.0), params, **options)
+    out["error"] = None
+except s2.SimulationError as error:
+    out["error"] = str(error)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_with_jax_distributed():
+    """The recipe of docs/multi_host.md on one machine: two processes, one CPU device each."""
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        address = f"localhost:{probe.getsockname()[1]}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("XLA_FLAGS", None)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS, str(i), address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env,
+        )
+        for i in range(2)
+    ]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (_, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stderr[-3000:]
+    results = [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
+    assert [r["rows"] for r in results] == [[[0, 3]], [[3, 6]]]
+    for result in results:
+        assert result["devices"] == 2 and not result["addressable"]
+        assert result["gap"] < 1e-13  # the same arithmetic per member as the vmap
+        # member 4 ran on process 1; both processes name it
+        assert result["error"].startswith("s2jax.simulate (batch index (4,)): step 0 → 1")
