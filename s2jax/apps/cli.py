@@ -2,6 +2,7 @@
 
 python -m s2jax reproduce [example …|all] [--out DIR] [--horizon-scale X]
 python -m s2jax double-pendulum [--out DIR]      (= reproduce 1)
+python -m s2jax control [example …|all] [--out DIR]   (trajectory optimisation, 1 … 3)
 """
 
 import argparse
@@ -10,17 +11,18 @@ import sys
 
 import jax
 
+from . import control_examples
 from .reproduce import EXAMPLES, reproduce
 
 
-def _examples(words):
+def _examples(words, examples=EXAMPLES):
     if not words or words == ["all"]:
-        return sorted(EXAMPLES)
+        return sorted(examples)
     numbers = []
     for word in words:
-        if not word.isdigit() or int(word) not in EXAMPLES:
+        if not word.isdigit() or int(word) not in examples:
             raise argparse.ArgumentTypeError(
-                f"unknown example {word!r}: choose from {sorted(EXAMPLES)} or 'all'"
+                f"unknown example {word!r}: choose from {sorted(examples)} or 'all'"
             )
         numbers.append(int(word))
     return numbers
@@ -55,17 +57,22 @@ def main(argv=None) -> int:
     dp.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("out"), help="folder for figures"
     )
+    cp = commands.add_parser("control", help="trajectory optimisation examples 1–3 by iLQR, with figures")
+    cp.add_argument("examples", nargs="*", metavar="example", help="1 … 3 or 'all' (default)")
+    cp.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"), help="folder for figures")
     args = parser.parse_args(argv)
-    if args.command == "reproduce":
+    if args.command in ("reproduce", "control"):
         try:
-            numbers = _examples(args.examples)
+            numbers = _examples(args.examples, EXAMPLES if args.command == "reproduce" else control_examples.EXAMPLES)
         except argparse.ArgumentTypeError as error:
             parser.error(str(error))
-        if not args.horizon_scale > 0:
+        if args.command == "reproduce" and not args.horizon_scale > 0:
             parser.error(f"--horizon-scale must be positive; got {args.horizon_scale}")
     try:
         if args.command == "reproduce":
             reproduce(numbers, args.out, args.horizon_scale)
+        elif args.command == "control":
+            control_examples.run(numbers, args.out)
         else:
             reproduce([1], args.out)
     except OSError as error:

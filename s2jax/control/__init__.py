@@ -1,10 +1,12 @@
 """Trajectory optimisation through the forced variational integrator (001 (10); 002 (3.10)–(3.13)).
 
 Define a `Problem` (dynamics, costs, bounds, terminal constraint) and call `solve` with a
-solver: `SingleShooting`, `MultipleShooting` or `ILQR`.
+solver: `SingleShooting`, `MultipleShooting` or `ILQR`; `receding_horizon` closes the loop
+(model predictive control).
 """
 
 from ._ilqr import ILQR as ILQR
+from ._mpc import RecedingHorizonSolution as RecedingHorizonSolution, receding_horizon as receding_horizon
 from ._problem import ControlSolution as ControlSolution, Problem as Problem
 from ._shooting import MultipleShooting as MultipleShooting, SingleShooting as SingleShooting
 from ._solve import solve as solve

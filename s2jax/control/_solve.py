@@ -62,8 +62,8 @@ def solve(
     return solution
 
 
-@eqx.filter_jit
-def _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance):
+def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
+    """The computation of `solve`, without its eager checks and error raising."""
     decision = solver.init(problem, q0, omega0, problem.clip(init))
     decision, history, total, outer, converged, _ = run_augmented_lagrangian(
         solver, problem, q0, omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
@@ -77,6 +77,9 @@ def _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance):
     return ControlSolution(
         controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), history, violation, result, total, outer
     )
+
+
+_solve = eqx.filter_jit(solve_in_graph)
 
 
 def _raise_if_failed(codes):
