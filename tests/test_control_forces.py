@@ -209,23 +209,28 @@ def test_gradient_in_the_policy_weights_matches_finite_differences(adjoint):
 
 
 @pytest.mark.slow
-def test_reversible_gradient_in_a_force_field_matches_direct():
-    """The tip force d, a field of the force (not of params), differentiated through every adjoint."""
+def test_reversible_gradient_of_a_forced_run_matches_direct():
+    """The tip force d (a field of the force, not of params), the masses (params) and ω₀ of a run
+    with controls, differentiated by ReversibleAdjoint and DirectAdjoint (rtol 1e-9), and d's
+    gradient against central differences."""
     q0, omega0 = chain.paper_state(2)
     params = chain.paper_params(2)
 
-    def loss(tip, adjoint):
+    def loss(tip, masses, omega0, adjoint):
         force = chain.base_torque_and_tip_force(params, tip)
-        sol = s2.simulate(chain.lagrangian, q0, omega0, params, dt=0.02, num_steps=60, force=force,
-                          controls=jnp.ones((60, 3)), adjoint=adjoint, save_every=20)
+        sol = s2.simulate(chain.lagrangian, q0, omega0, {**params, "masses": masses}, dt=0.02, num_steps=60,
+                          force=force, controls=jnp.ones((60, 3)), adjoint=adjoint, save_every=20)
         return _terminal_loss(sol)
 
-    tip = jnp.asarray(TIP)
-    direct = jax.grad(loss)(tip, s2.DirectAdjoint())
-    reversible = jax.grad(loss)(tip, s2.ReversibleAdjoint())
-    np.testing.assert_allclose(reversible, direct, rtol=1e-9)
-    expected = _central_difference(lambda x: loss(x, s2.DirectAdjoint()), tip, jnp.array([1.0, 0.0, 0.0]))
-    assert float(direct[0]) == pytest.approx(float(expected), rel=1e-6)
+    inputs = (jnp.asarray(TIP), jnp.asarray(params["masses"]), jnp.asarray(omega0))
+    direct = jax.grad(loss, argnums=(0, 1, 2))(*inputs, s2.DirectAdjoint())
+    reversible = jax.grad(loss, argnums=(0, 1, 2))(*inputs, s2.ReversibleAdjoint())
+    for r, d in zip(reversible, direct):
+        assert float(jnp.max(jnp.abs(d))) > 0
+        np.testing.assert_allclose(r, d, rtol=1e-9, atol=1e-14)
+    along_x = jnp.array([1.0, 0.0, 0.0])
+    expected = _central_difference(lambda x: loss(x, *inputs[1:], s2.DirectAdjoint()), inputs[0], along_x)
+    assert float(direct[0][0]) == pytest.approx(float(expected), rel=1e-6)
 
 
 def _simulate_with(**kwargs):
