@@ -1,14 +1,15 @@
-// MathJax settings for pymdownx.arithmatex (generic mode), as in the mkdocs-material docs.
+// MathJax 3 for pymdownx.arithmatex (generic mode), as in the mkdocs-material docs, and for the
+// notebooks' Markdown cells (mkdocs-jupyter leaves their $…$ and $$…$$ as written).
 window.MathJax = {
   tex: {
-    inlineMath: [["\\(", "\\)"]],
-    displayMath: [["\\[", "\\]"]],
+    inlineMath: [["\\(", "\\)"], ["$", "$"]],
+    displayMath: [["\\[", "\\]"], ["$$", "$$"]],
     processEscapes: true,
     processEnvironments: true,
   },
   options: {
     ignoreHtmlClass: ".*|",
-    processHtmlClass: "arithmatex",
+    processHtmlClass: "arithmatex|jp-RenderedMarkdown",
   },
 };
 
