@@ -9,11 +9,10 @@ notebooks.
 import pathlib
 import time
 
+import ipykernel  # noqa: F401  (the kernel; imported so that a missing one fails here, not skips)
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
