@@ -28,9 +28,22 @@ def median_time(fn, repeats: int = 7) -> tuple[float, list[float]]:
     return statistics.median(times), times
 
 
+def _cpu_model() -> str:
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
     return {
         "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cores_used": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),

@@ -6,10 +6,11 @@ max unit-length error, for T = 100 s and T = 10⁴ s, for every integrator.
 
 System: the double spherical pendulum of 002 Example 1 from its paper state (E₀ = −72.18 J).
 Methods: s2jax's VariationalIntegrator (VI, order 2), its triple-jump compositions VI-4 and
-VI-6, the Lie group methods LieEuler, LieEulerHeun, RKMK3, RKMK4, CommutatorFreeRK4 (CFRK4),
-plain RungeKutta4 (RK4, not structure-preserving), each at several fixed steps h; and diffrax
-Tsit5 and Dopri8 on the same equations (2.9)–(2.11) (`_common.diffrax_solve`) with
-`PIDController(rtol = atol = tol)` at several tolerances. float64, CPU, one process.
+VI-6, its Kahan–Li compositions VI-6KL and VI-8KL (9 and 17 sub-steps), the Lie group methods
+LieEuler, LieEulerHeun, RKMK3, RKMK4, CommutatorFreeRK4 (CFRK4), plain RungeKutta4 (RK4, not
+structure-preserving), each at several fixed steps h; and diffrax Tsit5 and Dopri8 on the same
+equations (2.9)–(2.11) (`_common.diffrax_solve`)
+with `PIDController(rtol = atol = tol)` at several tolerances. float64, CPU, one process.
 
 Errors: max_k |E_k − E₀| / |E₀| and max_k max_i ||q_i| − 1| over states saved every 0.1 s of
 simulated time (10⁵ states at T = 10⁴ s). The max over saved states slightly underestimates the
@@ -30,8 +31,9 @@ shared machine falls on all methods alike (the load averages are recorded in the
 
 Results go to benchmarks/results/work_precision.json, which `plot_work_precision.py` reads.
 `--quick` measures each method's first setting at T = 1 s and 100 s and writes to a temporary
-folder. The recorded run took 956 s on 2 CPU cores shared with other jobs (load average ≈ 4),
-compilation included.
+folder. `--horizon T` and `--methods NAME ...` measure a subset and write
+results/work_precision_subset.json (the full file is left alone). The recorded full run took
+956 s on 2 CPU cores shared with other jobs (load average ≈ 4), compilation included.
 """
 
 import argparse
@@ -76,6 +78,16 @@ FIXED_STEP = {
         s2.Composition(VI, order=6),
         True,
         {100.0: [0.1, 0.05, 0.025, 0.0125], 10_000.0: [0.05]},
+    ),
+    "VI-6KL": (
+        s2.Composition(VI, order=6, method="kahan_li"),
+        True,
+        {100.0: [0.1, 0.05, 0.025], 10_000.0: [0.1, 0.05]},
+    ),
+    "VI-8KL": (
+        s2.Composition(VI, order=8, method="kahan_li"),
+        True,
+        {100.0: [0.1, 0.05, 0.025], 10_000.0: [0.1, 0.05]},
     ),
     "LieEuler": (s2.LieEuler(), True, {100.0: [0.02, 0.01, 0.005, 0.0025], 10_000.0: [0.01]}),
     "LieEulerHeun": (
@@ -261,22 +273,29 @@ def report(p):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="first settings at T = 1 s and 100 s, to check it runs")
-    quick = parser.parse_args().quick
+    parser.add_argument("--horizon", type=float, choices=HORIZONS, help="only this horizon")
+    parser.add_argument("--methods", nargs="+", choices=[*FIXED_STEP, *ADAPTIVE], help="only these methods")
+    options = parser.parse_args()
+    quick = options.quick
+    subset = options.horizon is not None or options.methods is not None
+    methods = set(options.methods or [*FIXED_STEP, *ADAPTIVE])
     start_all = time.perf_counter()
     print(f"E0 = {E0:.6f}")
     points = []
     load = {"before": os.getloadavg()}
-    for horizon in HORIZONS:
+    for horizon in [options.horizon] if options.horizon else HORIZONS:
         # A quick run takes each method's first setting over a hundredth of the horizon.
         T = horizon / 100 if quick else horizon
         first = 1 if quick else None
         jobs = [
             fixed_step_job(name, integrator, T, h)
             for name, (integrator, _, steps) in FIXED_STEP.items()
+            if name in methods
             for h in steps[horizon][:first]
         ]
         for name, (solver, tols) in ADAPTIVE.items():
-            jobs += adaptive_jobs(name, solver, T, tols[horizon][:first])
+            if name in methods:
+                jobs += adaptive_jobs(name, solver, T, tols[horizon][:first])
         print(f"timing {len(jobs)} points at T = {T:g} s (repeats interleaved)", flush=True)
         time_interleaved(jobs)
         for point, _, _ in jobs:
@@ -285,7 +304,7 @@ def main():
         load[f"after_T{T:g}"] = os.getloadavg()
     total = time.perf_counter() - start_all
     path = write(
-        "work_precision",
+        "work_precision_subset" if subset else "work_precision",
         {
             "method": (
                 "wall time: median of 7 (runs < 1 s), 5 (< 10 s) or 3 (≥ 10 s) runs of an "

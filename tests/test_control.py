@@ -109,6 +109,28 @@ def test_a_batch_of_solves_under_vmap_equals_the_single_solves():
         np.testing.assert_allclose(batch.controls[i], single.controls, rtol=0, atol=1e-9)
 
 
+def test_progress_reports_each_round_and_changes_nothing(capfd):
+    """With a terminal constraint the augmented Lagrangian runs several rounds; progress prints
+    one line per round, the last with the returned violation, and the answer is the same."""
+    target = jnp.asarray(TARGET)
+    problem = s2.control.Problem(
+        pendulum.lagrangian, PARAMS, s2.forces.PivotTorque(0), 0.02, 20,
+        running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+        terminal_constraint=lambda q, omega: (q - target).ravel(),
+    )
+    q0, omega0 = np.array([[0.0, 0.6, 0.8]]), np.zeros((1, 3))
+    quiet = s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR())
+    capfd.readouterr()
+    loud = s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR(), progress=True)
+    jax.block_until_ready(loud)
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("s2jax.control.solve: starting")
+    rounds = [line for line in lines if ": round " in line]
+    assert len(rounds) == int(loud.num_outer_iterations) >= 2
+    assert rounds[-1].endswith(f"constraint violation {float(loud.constraint_violation):.2e}")
+    np.testing.assert_array_equal(loud.controls, quiet.controls)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [(dict(init=np.zeros((5, 3))), "init"), (dict(solver="ilqr"), "solver")],

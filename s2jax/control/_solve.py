@@ -1,5 +1,7 @@
 """`solve`: a trajectory optimisation problem from an initial state, by a chosen solver."""
 
+import sys
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -22,6 +24,7 @@ def solve(
     max_outer_steps: int = 20,
     constraint_tolerance: float = 1e-6,
     throw: bool = True,
+    progress: bool = False,
 ) -> ControlSolution:
     """Find the controls that minimise `problem`'s cost from (q0, ω0).
 
@@ -36,6 +39,9 @@ def solve(
     - `constraint_tolerance`: the largest |c| accepted.
     - `throw`: raise `SimulationError` if the solve did not converge or a simulation failed;
       with `throw=False` the result is in `ControlSolution.result`.
+    - `progress`: print a line when the call starts (a problem's first solve compiles, which
+      takes seconds to a minute), then each augmented-Lagrangian round's objective, inner
+      iterations and constraint violation, to stderr (an unconstrained problem has one round).
 
     Works under `jax.jit` and `jax.vmap` (e.g. over a batch of initial states, with
     `throw=False`); the initial state is checked before compiling when it is concrete.
@@ -56,18 +62,20 @@ def solve(
     init = jnp.asarray(init, dtype=q0.dtype)
     if init.shape != shape:
         raise ValueError(f"`init` must have shape (num_steps, *control_shape) = {shape}; got {init.shape}")
-    solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+    if progress:
+        print("s2jax.control.solve: starting (a problem's first solve compiles first) …", file=sys.stderr, flush=True)
+    solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, progress)
     if throw:
         solution = error_if(solution, _raise_if_failed, solution.result._value)
     return solution
 
 
-def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
+def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, progress=False) -> ControlSolution:
     """The computation of `solve`, without its eager checks and error raising."""
     decision = solver.init(problem, q0, omega0, problem.clip(init))
     decision, history, total, outer, converged, _ = run_augmented_lagrangian(
         solver, problem, q0, omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
-        penalty=getattr(solver, "penalty", 10.0),
+        penalty=getattr(solver, "penalty", 10.0), progress=progress,
     )
     controls = problem.clip(solver.controls(problem, decision))
     sol = problem.simulate(q0, omega0, controls)

@@ -12,6 +12,7 @@ Algorithm 17.4, in its simplest form). Everything runs inside one compiled compu
 """
 
 import abc
+import sys
 
 import equinox as eqx
 import jax
@@ -74,8 +75,12 @@ def run_augmented_lagrangian(
     max_outer_steps: int,
     tolerance: float,
     penalty: float,
+    progress: bool = False,
 ):
     """Inner solves and multiplier updates until the constraints hold to `tolerance`.
+
+    With `progress`, each round prints its objective, inner iterations and constraint violation
+    to stderr (a `jax.debug.callback`, once per round, never per inner iteration).
 
     **Returns:** `(decision, history, num_iterations, num_outer, converged, violation)`.
     """
@@ -96,6 +101,8 @@ def run_augmented_lagrangian(
         multipliers = multipliers + rho * constraint
         rho = jnp.where(size > 0.25 * previous, 10.0 * rho, rho)
         done = converged & (size <= tolerance)
+        if progress:
+            jax.debug.callback(_print_round, outer, objective[jnp.maximum(steps - 1, 0)], steps, size, converged)
         return decision, multipliers, rho, history, outer + 1, total + steps, done, size
 
     initial = violation(solver.constraints(problem, q0, omega0, decision))
@@ -105,6 +112,15 @@ def run_augmented_lagrangian(
     )
     decision, _, _, history, outer, total, done, size = lax.while_loop(cond, body, carry)
     return decision, history[: max_outer * solver.max_steps], total, outer, done, size
+
+
+def _print_round(outer, objective, steps, size, converged):
+    status = "" if converged else " (inner solve not converged)"
+    print(
+        f"s2jax.control.solve: round {int(outer) + 1}: objective {float(objective):.6g} after {int(steps)} "
+        f"iterations, constraint violation {float(size):.2e}{status}",
+        file=sys.stderr, flush=True,
+    )
 
 
 def squash(z, lower, upper):
