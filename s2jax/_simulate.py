@@ -50,6 +50,30 @@ class Solution(eqx.Module):
     result: RESULTS
     failed_step: Int[Array, ""]
 
+    def summary(self, lagrangian: Lagrangian | None = None, params: Params | None = None) -> str:
+        """A few lines on what the run did: the bodies, saved states and horizon; per batch
+        member (under `jax.vmap` or `simulate_batch`) the result, the first failed step, the
+        largest unit-length error max ||q_i| − 1| and tangency error max |q_i·ω_i| over the
+        saved states; and, given `lagrangian` and `params` (shared by the batch), the energy
+        drift max_k |E_k − E₀| (absolute and relative to |E₀|).
+
+        **Returns:** the text; `print(sol.summary())` shows it.
+        """
+        from ._summary import summary
+
+        return summary(self, lagrangian, params)
+
+    def save(self, path, *, params: Params | None = None, metadata: dict | None = None) -> None:
+        """`s2jax.io.save_solution(path, self, params=params, metadata=metadata)`."""
+        from .io import save_solution
+
+        save_solution(path, self, params=params, metadata=metadata)
+
+    def __repr__(self) -> str:
+        from ._summary import solution_repr
+
+        return solution_repr(self)
+
 
 class LoopState(eqx.Module):
     """What the loop carries from step to step.
