@@ -453,8 +453,15 @@ def _progress_hook(num_saves: int, save_every: int):
     """A text progress bar, updated from the device at most every few hundred steps.
 
     The update is a `jax.debug.callback` inside a `lax.cond` on the save index, so the
-    host is called at most ~50 times per simulation, never once per step.
+    host is called at most ~50 times per simulation, never once per step: after the first
+    block of `save_every` steps (so that the bar appears as soon as the run starts), every
+    `every` blocks, and after the last.
+
+    This function runs while the loop is traced, that is, only when the simulation is about to
+    be compiled (not when a compiled one is reused): it says so on stderr, since compiling a
+    long run can take as long as the run.
     """
+    print("  compiling …", end="", file=sys.stderr, flush=True)
     total = num_saves * save_every
     every = max(math.ceil(200 / save_every), math.ceil(num_saves / 50))
 
@@ -466,7 +473,7 @@ def _progress_hook(num_saves: int, save_every: int):
               file=sys.stderr, flush=True)
 
     def on_save(index):
-        update = ((index + 1) % every == 0) | (index == num_saves - 1)
+        update = (index == 0) | ((index + 1) % every == 0) | (index == num_saves - 1)
         lax.cond(update, lambda: jax.debug.callback(show, index), lambda: None)
 
     return on_save

@@ -1,0 +1,28 @@
+"""`simulate(..., progress=True)`: "compiling …" before compiling, the bar from the first block."""
+
+import jax.numpy as jnp
+import numpy as np
+
+import s2jax as s2
+
+
+def _pendulum(q, qdot, params):
+    return 0.5 * jnp.sum(qdot**2) + params["g"] * q[0, 2]
+
+
+def _run(num_steps, g=9.81):
+    q0 = np.array([[np.sin(0.4), 0.0, np.cos(0.4)]])
+    omega0 = np.array([[0.0, 0.5, 0.0]])
+    return s2.simulate(_pendulum, q0, omega0, {"g": g}, dt=1e-3, num_steps=num_steps, save_every=5, progress=True)
+
+
+def test_compiling_is_announced_and_the_bar_starts_at_the_first_block(capfd):
+    _run(4000)
+    chunks = capfd.readouterr().err.split("\r")
+    assert chunks[0] == "  compiling …"
+    assert chunks[1].strip().startswith("[") and chunks[1].strip().endswith("] 5/4000 steps")
+    assert chunks[-1].strip().endswith("4000/4000 steps")
+    # A compiled simulation reused (new parameter values do not recompile) is not announced.
+    _run(4000, g=9.0)
+    err = capfd.readouterr().err
+    assert "compiling" not in err and err.strip().endswith("4000/4000 steps")
