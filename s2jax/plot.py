@@ -8,6 +8,7 @@ state); the figures of `python -m s2jax reproduce` use pyplot with the Agg backe
 
 import matplotlib
 import matplotlib.figure
+import matplotlib.patches
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -19,11 +20,17 @@ from .io import atomic_write  # noqa: E402
 
 
 def plot_energy_and_unit_length(runs, path, title, styles=None):
-    """Two panels, |E − E₀| and max_i ||q_i| − 1| against t, on log scales, one line per run.
+    """Two panels, |E − E₀| and max_i ||q_i| − 1| against t [s], on log scales, one line per run.
+
+    The unit-length errors of the methods that keep |q_i| = 1 are round-off: exact zeros
+    between values of 1e-16, which a log axis cannot draw, so a line through them breaks into
+    a "barcode". The lower panel therefore draws, for every run, the largest error over
+    consecutive windows of the saved states (about 150 windows), at the windows' ends; the
+    axis label gives the window's length. A window of exact zeros stays blank.
 
     **Arguments:**
 
-    - `runs`: a dict name → (t, energy_error, unit_length_error), numpy arrays.
+    - `runs`: a dict name → (t, energy_error, unit_length_error), numpy arrays; t in seconds.
     - `path`: where to write the PNG.
     - `title`: the figure's title.
     - `styles`: optional dict name → matplotlib line keywords (colour, line style, marker);
@@ -31,33 +38,46 @@ def plot_energy_and_unit_length(runs, path, title, styles=None):
     """
     fig, axes = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     default = ["-", ":", "--", "-."]
+    windows = set()
     for k, (name, (t, energy_error, unit_error)) in enumerate(runs.items()):
         style = (styles or {}).get(name) or {"linestyle": default[k % len(default)]}
         style = {"lw": 1, **style}
         # Exact zeros (the first sample) cannot be drawn on a log axis.
         axes[0].semilogy(t, np.where(energy_error > 0, energy_error, np.nan), label=name, **style)
-        axes[1].semilogy(t, np.where(unit_error > 0, unit_error, np.nan), label=name, **style)
+        width = max(1, len(t) // 150)
+        blocks = len(t) // width
+        peaks = np.max(np.asarray(unit_error)[: blocks * width].reshape(blocks, width), axis=1)
+        ends = np.asarray(t)[width - 1 : blocks * width : width]
+        if width > 1:
+            windows.add(f"{ends[1] - ends[0]:.3g} s" if blocks > 1 else f"{width} states")
+            style = {key: value for key, value in style.items() if key != "markevery"}
+        axes[1].semilogy(ends, np.where(peaks > 0, peaks, np.nan), label=name, **style)
     axes[0].set_ylabel("|E − E₀|")
-    axes[1].set_ylabel("max_i ||q_i| − 1|")
-    axes[1].set_xlabel("t")
+    window = f"\n(max over windows of {', '.join(sorted(windows))})" if windows else ""
+    axes[1].set_ylabel(f"max_i ||q_i| − 1|{window}")
+    axes[1].set_xlabel("t [s]")
     axes[0].legend(fontsize="small")
-    axes[0].set_title(title)
+    axes[0].set_title(title, fontsize="medium")
     fig.tight_layout()
     _save(fig, path, dpi=120)
 
 
-def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(50.0, -90.0)):
+def plot_sphere_faces(
+    vertices, faces, values, times, path, title, label, view=(50.0, -90.0), missing="no value"
+):
     """One sphere per time, its triangular faces coloured by `values` (blue → red, as Fig. 3.7).
 
     **Arguments:**
 
     - `vertices`, `faces`: a triangulated unit sphere, shapes (V, 3) and (F, 3).
-    - `values`: shape (len(times), F), one value per face and time; NaN faces are grey. One
-      colour scale for all times, saturating at the 99.5th percentile.
-    - `times`: the times, for the panel titles.
+    - `values`: shape (len(times), F), one value per face and time; NaN faces (no value) are
+      grey, and a legend under the colour bar says what grey means (`missing`). One colour
+      scale for all times, saturating at the 99.5th percentile.
+    - `times`: the times in seconds, for the panel titles.
     - `path`, `title`: where to write the PNG, and its title.
     - `label`: the colour bar's label.
     - `view`: (elevation, azimuth) of the camera, in degrees.
+    - `missing`: what a grey (NaN) face means, for the legend.
     """
     values = np.asarray(values)
     columns = min(3, len(times))
@@ -91,7 +111,7 @@ def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(
         ax.set_box_aspect((1, 1, 1), zoom=1.35)
         ax.view_init(*view)
         ax.set_axis_off()
-        ax.set_title(f"t = {t:g}")
+        ax.set_title(f"t = {t:g} s")
     fig.subplots_adjust(left=0.0, right=0.86, bottom=0.02, top=0.9, wspace=0.0, hspace=0.1)
     fig.colorbar(
         matplotlib.cm.ScalarMappable(norm=norm, cmap=colormap),
@@ -99,6 +119,9 @@ def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(
         label=label,
         extend="max",
     )
+    if not np.all(np.isfinite(values)):
+        grey = matplotlib.patches.Patch(facecolor=(0.6, 0.6, 0.6), label=f"grey: {missing}")
+        fig.legend(handles=[grey], loc="lower right", fontsize="small", frameon=False)
     fig.suptitle(title)
     _save(fig, path, dpi=110)
 

@@ -72,3 +72,42 @@ def test_animate_writes_a_gif_with_one_frame_per_drawn_state(options, tmp_path):
         assert gif.n_frames == 3  # states 0, 5, 10
         assert gif.info["duration"] == 50  # ms per frame at 20 fps
     assert [p.name for p in tmp_path.iterdir()] == ["run.gif"]  # no temporary file left
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the reproduce plots would write, kept open for inspection."""
+    figures = []
+    monkeypatch.setattr(plot, "_save", lambda fig, path, dpi: figures.append(fig))
+    yield figures
+    for fig in figures:
+        plot.plt.close(fig)
+
+
+def test_round_off_unit_length_errors_draw_without_gaps(drawn):
+    """Exact zeros between 1e-16s (a projected method) made a dashed "barcode" on the log axis
+    of Fig. 3.3: the lower panel draws window maxima, which have no gaps."""
+    t = np.linspace(0.0, 10.0, 2001)
+    round_off = np.where(np.arange(t.size) % 3 == 0, 0.0, 1.1e-16)
+    growing = 1e-6 * (1 + t)
+    runs = {"projected": (t, growing, round_off), "drifting": (t, growing, growing)}
+    plot.plot_energy_and_unit_length(runs, None, "title", {"projected": {"linestyle": "--"}})
+    (fig,) = drawn
+    upper, lower = fig.axes
+    assert lower.get_xlabel() == "t [s]"
+    assert "max over windows of 0.065 s" in lower.get_ylabel()  # 13 states of 0.005 s
+    projected, drifting = lower.get_lines()
+    assert not np.any(np.isnan(projected.get_ydata())) and np.all(projected.get_ydata() == 1.1e-16)
+    # A window's maximum, at its end: the drifting error is increasing, so it is the last value.
+    np.testing.assert_allclose(drifting.get_ydata(), 1e-6 * (1 + drifting.get_xdata()), rtol=1e-12)
+
+
+def test_grey_faces_are_explained(drawn):
+    vertices = np.eye(3)
+    faces = np.array([[0, 1, 2]])
+    plot.plot_sphere_faces(vertices, faces, [[np.nan], [1.0]], [0.0, 1.0], None, "t", "E",
+                           missing="no molecule in or around the face")
+    (fig,) = drawn
+    (legend,) = fig.legends
+    assert legend.get_texts()[0].get_text() == "grey: no molecule in or around the face"
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["t = 0 s", "t = 1 s"]
