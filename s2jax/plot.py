@@ -82,7 +82,7 @@ def plot_sphere_faces(
     values = np.asarray(values)
     columns = min(3, len(times))
     rows = -(-len(times) // columns)
-    fig = plt.figure(figsize=(3.2 * columns + 1.2, 3.2 * rows + 0.4))
+    fig = plt.figure(figsize=(3.2 * columns + 1.2, 3.2 * rows + 0.8))
     finite = values[np.isfinite(values)]
     # A few hot faces would wash out the rest: the top 0.5 % saturate.
     norm = matplotlib.colors.Normalize(vmin=finite.min(), vmax=np.percentile(finite, 99.5))
@@ -112,7 +112,7 @@ def plot_sphere_faces(
         ax.view_init(*view)
         ax.set_axis_off()
         ax.set_title(f"t = {t:g} s")
-    fig.subplots_adjust(left=0.0, right=0.86, bottom=0.02, top=0.9, wspace=0.0, hspace=0.1)
+    fig.subplots_adjust(left=0.0, right=0.86, bottom=0.04, top=0.86, wspace=0.0, hspace=0.1)
     fig.colorbar(
         matplotlib.cm.ScalarMappable(norm=norm, cmap=colormap),
         cax=fig.add_axes((0.89, 0.2, 0.02, 0.6)),
