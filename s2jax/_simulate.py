@@ -42,6 +42,10 @@ class Solution(eqx.Module):
     - `result`: a `RESULTS` code; anything but `RESULTS.successful` means the simulation
       stopped early and the saved states after `failed_step` repeat the last good one.
     - `failed_step`: the index k of the first step k → k + 1 that failed, or −1.
+
+    `print(sol.summary())` says in a few lines what happened (`repr(sol)` gives the shapes,
+    not the arrays); `sol.save("run.npz", params=params)` writes it for numpy alone to read
+    (`s2jax.io.save_solution`).
     """
 
     t: Float[Array, " S"]
