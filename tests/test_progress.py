@@ -26,3 +26,20 @@ def test_compiling_is_announced_and_the_bar_starts_at_the_first_block(capfd):
     _run(4000, g=9.0)
     err = capfd.readouterr().err
     assert "compiling" not in err and err.strip().endswith("4000/4000 steps")
+
+
+def test_reproduce_announces_compiling_before_its_ahead_of_time_compile(capfd):
+    """`python -m s2jax reproduce 4` compiled for 15 s in silence: compile_simulation traces
+    `simulate`, which says "compiling …" before XLA starts."""
+    from s2jax.apps.reproduce import compile_simulation
+
+    q0 = np.array([[np.sin(0.4), 0.0, np.cos(0.4)]])
+    omega0 = np.array([[0.0, 0.5, 0.0]])
+    run, _ = compile_simulation(
+        _pendulum, q0, omega0, {"g": 9.81}, dt=1e-3, num_steps=400, integrator=s2.VariationalIntegrator(),
+        save_every=4, progress=True,
+    )
+    assert capfd.readouterr().err == "  compiling …"
+    run()
+    chunks = capfd.readouterr().err.split("\r")
+    assert chunks[1].strip().endswith("] 4/400 steps") and chunks[-1].strip().endswith("400/400 steps")
