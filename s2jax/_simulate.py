@@ -444,6 +444,10 @@ def _integrate(
         failed = jnp.where(result0 == RESULTS.successful, jnp.maximum(failed_save - 1, NO_FAILURE), 0)
         return Solution(t, q, omega, result, failed)
 
+    if progress:
+        # This body runs only when `simulate` is traced, i.e. about to be compiled (not when a
+        # compiled one is reused); compiling a long run can take as long as running it.
+        print("  compiling …", end="", file=sys.stderr, flush=True)
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
     loop = Loop(integrator, system, static, policy, num_saves, save_every, progress, throw)
     inputs = LoopInputs((q0, omega0), dynamic, dt, None if policy is not None else controls)
@@ -460,12 +464,7 @@ def _progress_hook(num_saves: int, save_every: int):
     host is called at most ~50 times per simulation, never once per step: after the first
     block of `save_every` steps (so that the bar appears as soon as the run starts), every
     `every` blocks, and after the last.
-
-    This function runs while the loop is traced, that is, only when the simulation is about to
-    be compiled (not when a compiled one is reused): it says so on stderr, since compiling a
-    long run can take as long as the run.
     """
-    print("  compiling …", end="", file=sys.stderr, flush=True)
     total = num_saves * save_every
     every = max(math.ceil(200 / save_every), math.ceil(num_saves / 50))
 

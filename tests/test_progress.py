@@ -1,5 +1,6 @@
 """`simulate(..., progress=True)`: "compiling …" before compiling, the bar from the first block."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -43,3 +44,17 @@ def test_reproduce_announces_compiling_before_its_ahead_of_time_compile(capfd):
     run()
     chunks = capfd.readouterr().err.split("\r")
     assert chunks[1].strip().endswith("] 4/400 steps") and chunks[-1].strip().endswith("400/400 steps")
+
+
+def test_compiling_is_said_once_for_a_gradient_through_the_reversible_adjoint(capfd):
+    """ReversibleAdjoint traces the loop twice (forward, and backward with −h); one message."""
+    q0 = np.array([[np.sin(0.4), 0.0, np.cos(0.4)]])
+    omega0 = np.array([[0.0, 0.5, 0.0]])
+
+    def final_x(g):
+        sol = s2.simulate(_pendulum, q0, omega0, {"g": g}, dt=1e-3, num_steps=100, save_every=4,
+                          progress=True, adjoint=s2.ReversibleAdjoint())
+        return sol.q[-1, 0, 0]
+
+    jax.grad(final_x)(jnp.array(9.81))
+    assert capfd.readouterr().err.count("compiling") == 1
