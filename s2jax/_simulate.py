@@ -237,7 +237,8 @@ def simulate(
       not depend on ω only).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
       index) if a step fails; with `throw=False` the failure is reported in `result`.
-    - `progress`: show a progress bar on stderr (updated at most ~50 times, from the device).
+    - `progress`: say "compiling …" on stderr when compiling, then show a progress bar
+      (from the first block of `save_every` steps; updated at most ~50 times, from the device).
 
     Bad input raises `ValueError` before anything is compiled: wrong shapes, non-finite
     values, |q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond 1e-12 (naming the body), dt ≤ 0, a Lagrangian not
