@@ -1,6 +1,8 @@
 """Result codes of a step and of a simulation, in the style of optimistix's `RESULTS`."""
 
 import equinox as eqx
+import jax
+import numpy as np
 
 
 class RESULTS(eqx.Enumeration):
@@ -38,3 +40,40 @@ class RESULTS(eqx.Enumeration):
         "params) with concrete values says which body and why)"
     )
     adaptive_solver_failed = "the adaptive Runge–Kutta baseline failed (too many steps or a step size underflow)"
+
+
+def _names(values) -> np.ndarray:
+    """The item names of an array of RESULTS codes (same shape), as a numpy array of str."""
+    index_to_name = {int(item._value): name for name, item in RESULTS._name_to_item.items()}
+    return np.vectorize(lambda i: index_to_name.get(int(i), f"<unknown code {int(i)}>"), otypes=[str])(values)
+
+
+def _results_repr(item) -> str:
+    """`RESULTS.successful` for one code; `RESULTS[successful, newton_failed]` for a batch of
+    codes (e.g. under `jax.vmap`); `RESULTS<traced>` inside a traced computation."""
+    value = item._value
+    if isinstance(value, jax.core.Tracer):
+        return "RESULTS<traced>"
+    if not isinstance(value, (np.ndarray, jax.Array)):
+        return "RESULTS<unknown>"
+    names = _names(np.asarray(value))
+    if names.ndim == 0:
+        return f"RESULTS.{names.item()}"
+    body = np.array2string(names, separator=", ", formatter={"all": str}, threshold=20)
+    return f"RESULTS{body}"
+
+
+_Item = type(RESULTS.successful)  # equinox's EnumerationItem
+_equinox_repr = _Item.__repr__
+
+
+def _repr(self) -> str:
+    # Only RESULTS items are reprinted; items of other enumerations (optimistix's, …) keep
+    # equinox's `module.NAME<message>`. The item class is shared by every eqx.Enumeration and
+    # `RESULTS.where` builds plain items, so the hook has to live on the shared class.
+    if self._enumeration is RESULTS:
+        return _results_repr(self)
+    return _equinox_repr(self)
+
+
+_Item.__repr__ = _repr

@@ -42,6 +42,10 @@ class Solution(eqx.Module):
     - `result`: a `RESULTS` code; anything but `RESULTS.successful` means the simulation
       stopped early and the saved states after `failed_step` repeat the last good one.
     - `failed_step`: the index k of the first step k → k + 1 that failed, or −1.
+
+    `print(sol.summary())` says in a few lines what happened (`repr(sol)` gives the shapes,
+    not the arrays); `sol.save("run.npz", params=params)` writes it for numpy alone to read
+    (`s2jax.io.save_solution`).
     """
 
     t: Float[Array, " S"]
@@ -49,6 +53,30 @@ class Solution(eqx.Module):
     omega: Float[Array, "S n 3"]
     result: RESULTS
     failed_step: Int[Array, ""]
+
+    def summary(self, lagrangian: Lagrangian | None = None, params: Params | None = None) -> str:
+        """A few lines on what the run did: the bodies, saved states and horizon; per batch
+        member (under `jax.vmap` or `simulate_batch`) the result, the first failed step, the
+        largest unit-length error max ||q_i| − 1| and tangency error max |q_i·ω_i| over the
+        saved states; and, given `lagrangian` and `params` (shared by the batch), the energy
+        drift max_k |E_k − E₀| (absolute and relative to |E₀|).
+
+        **Returns:** the text; `print(sol.summary())` shows it.
+        """
+        from ._summary import summary
+
+        return summary(self, lagrangian, params)
+
+    def save(self, path, *, params: Params | None = None, metadata: dict | None = None) -> None:
+        """`s2jax.io.save_solution(path, self, params=params, metadata=metadata)`."""
+        from .io import save_solution
+
+        save_solution(path, self, params=params, metadata=metadata)
+
+    def __repr__(self) -> str:
+        from ._summary import solution_repr
+
+        return solution_repr(self)
 
 
 class LoopState(eqx.Module):
@@ -209,7 +237,8 @@ def simulate(
       not depend on ω only).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
       index) if a step fails; with `throw=False` the failure is reported in `result`.
-    - `progress`: show a progress bar on stderr (updated at most ~50 times, from the device).
+    - `progress`: say "compiling …" on stderr when compiling, then show a progress bar
+      (from the first block of `save_every` steps; updated at most ~50 times, from the device).
 
     Bad input raises `ValueError` before anything is compiled: wrong shapes, non-finite
     values, |q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond 1e-12 (naming the body), dt ≤ 0, a Lagrangian not
@@ -416,6 +445,10 @@ def _integrate(
         failed = jnp.where(result0 == RESULTS.successful, jnp.maximum(failed_save - 1, NO_FAILURE), 0)
         return Solution(t, q, omega, result, failed)
 
+    if progress:
+        # This body runs only when `simulate` is traced, i.e. about to be compiled (not when a
+        # compiled one is reused); compiling a long run can take as long as running it.
+        print("  compiling …", end="", file=sys.stderr, flush=True)
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
     loop = Loop(integrator, system, static, policy, num_saves, save_every, progress, throw)
     inputs = LoopInputs((q0, omega0), dynamic, dt, None if policy is not None else controls)
@@ -429,7 +462,9 @@ def _progress_hook(num_saves: int, save_every: int):
     """A text progress bar, updated from the device at most every few hundred steps.
 
     The update is a `jax.debug.callback` inside a `lax.cond` on the save index, so the
-    host is called at most ~50 times per simulation, never once per step.
+    host is called at most ~50 times per simulation, never once per step: after the first
+    block of `save_every` steps (so that the bar appears as soon as the run starts), every
+    `every` blocks, and after the last.
     """
     total = num_saves * save_every
     every = max(math.ceil(200 / save_every), math.ceil(num_saves / 50))
@@ -442,7 +477,7 @@ def _progress_hook(num_saves: int, save_every: int):
               file=sys.stderr, flush=True)
 
     def on_save(index):
-        update = ((index + 1) % every == 0) | (index == num_saves - 1)
+        update = (index == 0) | ((index + 1) % every == 0) | (index == num_saves - 1)
         lax.cond(update, lambda: jax.debug.callback(show, index), lambda: None)
 
     return on_save

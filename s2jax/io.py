@@ -1,10 +1,17 @@
-"""Files written atomically: a reader never sees a half-written file, and a failed write
-leaves the previous file as it was."""
+"""Files: written atomically (a reader never sees a half-written file, and a failed write
+leaves the previous file as it was), and a `Solution` saved to and loaded from a plain `.npz`
+(`save_solution`, `load_solution`)."""
 
 import contextlib
+import dataclasses
+import json
 import os
 import pathlib
 import tempfile
+
+import jax
+import jax.tree_util as jtu
+import numpy as np
 
 
 @contextlib.contextmanager
@@ -32,3 +39,126 @@ def atomic_write(path: str | os.PathLike):
         with contextlib.suppress(FileNotFoundError):
             os.remove(temporary)
         raise
+
+
+FORMAT = "s2jax.Solution/1"
+
+
+def _key_name(key) -> str:
+    for attribute in ("key", "name", "idx"):
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
+
+
+def flatten_params(params) -> dict[str, np.ndarray]:
+    """The leaves of a params PyTree by readable key path: `{"params.masses": array, …}`.
+
+    A dict key, an attribute name or a sequence index each make one dotted component
+    (`params.links.0.length`); a params that is itself one leaf is `params`.
+    """
+    flat = {}
+    for path, leaf in jtu.tree_flatten_with_path(params)[0]:
+        name = ".".join(["params", *(_key_name(k) for k in path)])
+        flat[name] = np.asarray(leaf)
+    return flat
+
+
+def save_solution(path: str | os.PathLike, solution, *, params=None, metadata: dict | None = None) -> None:
+    """Write `solution` (with its parameters and anything JSON can hold) as a plain `.npz`.
+
+    The file needs only numpy to read (`numpy.load(path)`; no pickles), with the keys:
+
+    - `t`, `q`, `omega`, `failed_step`: the `Solution`'s arrays, bit for bit;
+    - `result`: the result code's name(s), e.g. `"successful"` (an array of names for a batch),
+      and `result_code`, the integer code(s) of this version of s2jax;
+    - `params.<key path>`: each leaf of `params` (see `flatten_params`);
+    - `s2jax_version`, `format` (`"s2jax.Solution/1"`), `integrator` (when the solution names
+      one) and `metadata`, a JSON string (`json.loads(str(data["metadata"]))`).
+
+    The write is atomic (`atomic_write`): a reader never sees a half-written file.
+
+    **Arguments:**
+
+    - `path`: the file; numpy adds no suffix (write `.npz` yourself).
+    - `solution`: a `Solution`, also a batched one (from `jax.vmap` or `simulate_batch`).
+    - `params`: the parameters the run used (any PyTree of numbers or arrays), or None.
+    - `metadata`: a JSON-serialisable dict (a description, a seed, …), or None.
+    """
+    from . import __version__
+    from ._results import _names
+
+    if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(solution)):
+        raise ValueError("save_solution needs concrete arrays; call it outside jax.jit / jax.vmap")
+    try:
+        metadata_json = json.dumps({} if metadata is None else metadata, ensure_ascii=False)
+    except TypeError as error:
+        raise ValueError(f"`metadata` must be JSON-serialisable: {error}") from error
+    codes = np.asarray(solution.result._value)
+    arrays = {
+        "t": np.asarray(solution.t),
+        "q": np.asarray(solution.q),
+        "omega": np.asarray(solution.omega),
+        "failed_step": np.asarray(solution.failed_step),
+        "result": _names(codes),
+        "result_code": codes,
+        "s2jax_version": np.array(__version__),
+        "format": np.array(FORMAT),
+        "metadata": np.array(metadata_json),
+    }
+    integrator = getattr(solution, "integrator", None)
+    if integrator is not None:
+        arrays["integrator"] = np.array(integrator if isinstance(integrator, str) else type(integrator).__name__)
+    if params is not None:
+        for name, leaf in flatten_params(params).items():
+            if leaf.dtype == object:
+                raise ValueError(f"{name} is not a number or an array of numbers or strings: {leaf!r}")
+            arrays[name] = leaf
+    with atomic_write(path) as file:
+        np.savez_compressed(file, **arrays)
+
+
+def load_solution(path: str | os.PathLike, *, params_like=None):
+    """Read a file of `save_solution`.
+
+    **Arguments:**
+
+    - `path`: the `.npz` file.
+    - `params_like`: optional, a PyTree of the structure of the saved params (e.g. the
+      model's `paper_params()`): the loaded leaves are put back into that structure.
+
+    **Returns:** `(solution, params, metadata)`: the `Solution` (numpy arrays, bit for bit as
+    saved; the result code looked up by name, so that it survives a reordering of `RESULTS`);
+    the params, as `{"params.<key path>": array}` or, with `params_like`, in its structure;
+    the metadata dict, with `"s2jax_version"` (of the writer) and `"integrator"` (if saved)
+    added.
+    """
+    from ._results import RESULTS
+    from ._simulate import Solution
+
+    with np.load(path, allow_pickle=False) as data:
+        if "format" not in data or str(data["format"]) != FORMAT:
+            raise ValueError(f"{path} is not a file of s2jax.io.save_solution (no format = {FORMAT!r})")
+        arrays = {key: data[key] for key in data.files}
+    unknown = sorted({str(n) for n in np.unique(arrays["result"])} - set(RESULTS._name_to_item))
+    if unknown:
+        raise ValueError(f"{path}: result code(s) {unknown} are not codes of this version of s2jax")
+    index = {name: int(item._value) for name, item in RESULTS._name_to_item.items()}
+    codes = np.vectorize(index.__getitem__, otypes=[np.int32])(arrays["result"])
+    result = type(RESULTS.successful)(codes, RESULTS)  # equinox's EnumerationItem
+    fields = {"t": arrays["t"], "q": arrays["q"], "omega": arrays["omega"], "result": result,
+              "failed_step": arrays["failed_step"]}
+    if "integrator" in arrays and "integrator" in {f.name for f in dataclasses.fields(Solution)}:
+        fields["integrator"] = str(arrays["integrator"])
+    solution = Solution(**fields)
+    params = {key: value for key, value in arrays.items() if key == "params" or key.startswith("params.")}
+    if params_like is not None:
+        expected = list(flatten_params(params_like))
+        if sorted(expected) != sorted(params):
+            raise ValueError(f"the saved params {sorted(params)} do not match params_like's {sorted(expected)}")
+        params = jtu.tree_unflatten(jtu.tree_structure(params_like), [params[name] for name in expected])
+    metadata = json.loads(str(arrays["metadata"]))
+    metadata["s2jax_version"] = str(arrays["s2jax_version"])
+    if "integrator" in arrays:
+        metadata["integrator"] = str(arrays["integrator"])
+    return solution, params, metadata

@@ -1,22 +1,36 @@
-"""Figures in the style of 002 Figs. 3.1–3.7: energy and unit-length errors against time, and
-the kinetic energy of molecules over the sphere."""
+"""Figures: the bodies' paths on the sphere (`sphere_paths`) and animations of them
+(`animate`, a GIF); and, in the style of 002 Figs. 3.1–3.7, energy and unit-length errors
+against time and the kinetic energy of molecules over the sphere.
+
+`sphere_paths` and `animate` draw on `matplotlib.figure.Figure`s of their own (no pyplot
+state); the figures of `python -m s2jax reproduce` use pyplot with the Agg backend.
+"""
 
 import matplotlib
+import matplotlib.figure
+import matplotlib.patches
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
 
 from .io import atomic_write  # noqa: E402
 
 
 def plot_energy_and_unit_length(runs, path, title, styles=None):
-    """Two panels, |E − E₀| and max_i ||q_i| − 1| against t, on log scales, one line per run.
+    """Two panels, |E − E₀| and max_i ||q_i| − 1| against t [s], on log scales, one line per run.
+
+    The unit-length errors of the methods that keep |q_i| = 1 are round-off: exact zeros
+    between values of 1e-16, which a log axis cannot draw, so a line through them breaks into
+    a "barcode". The lower panel therefore draws, for every run, the largest error over
+    consecutive windows of the saved states (about 150 windows), at the windows' ends; the
+    axis label gives the window's length. A window of exact zeros stays blank.
 
     **Arguments:**
 
-    - `runs`: a dict name → (t, energy_error, unit_length_error), numpy arrays.
+    - `runs`: a dict name → (t, energy_error, unit_length_error), numpy arrays; t in seconds.
     - `path`: where to write the PNG.
     - `title`: the figure's title.
     - `styles`: optional dict name → matplotlib line keywords (colour, line style, marker);
@@ -24,38 +38,51 @@ def plot_energy_and_unit_length(runs, path, title, styles=None):
     """
     fig, axes = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     default = ["-", ":", "--", "-."]
+    windows = set()
     for k, (name, (t, energy_error, unit_error)) in enumerate(runs.items()):
         style = (styles or {}).get(name) or {"linestyle": default[k % len(default)]}
         style = {"lw": 1, **style}
         # Exact zeros (the first sample) cannot be drawn on a log axis.
         axes[0].semilogy(t, np.where(energy_error > 0, energy_error, np.nan), label=name, **style)
-        axes[1].semilogy(t, np.where(unit_error > 0, unit_error, np.nan), label=name, **style)
+        width = max(1, len(t) // 150)
+        blocks = len(t) // width
+        peaks = np.max(np.asarray(unit_error)[: blocks * width].reshape(blocks, width), axis=1)
+        ends = np.asarray(t)[width - 1 : blocks * width : width]
+        if width > 1:
+            windows.add(f"{ends[1] - ends[0]:.3g} s" if blocks > 1 else f"{width} states")
+            style = {key: value for key, value in style.items() if key != "markevery"}
+        axes[1].semilogy(ends, np.where(peaks > 0, peaks, np.nan), label=name, **style)
     axes[0].set_ylabel("|E − E₀|")
-    axes[1].set_ylabel("max_i ||q_i| − 1|")
-    axes[1].set_xlabel("t")
+    window = f"\n(max over windows of {', '.join(sorted(windows))})" if windows else ""
+    axes[1].set_ylabel(f"max_i ||q_i| − 1|{window}")
+    axes[1].set_xlabel("t [s]")
     axes[0].legend(fontsize="small")
-    axes[0].set_title(title)
+    axes[0].set_title(title, fontsize="medium")
     fig.tight_layout()
     _save(fig, path, dpi=120)
 
 
-def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(50.0, -90.0)):
+def plot_sphere_faces(
+    vertices, faces, values, times, path, title, label, view=(50.0, -90.0), missing="no value"
+):
     """One sphere per time, its triangular faces coloured by `values` (blue → red, as Fig. 3.7).
 
     **Arguments:**
 
     - `vertices`, `faces`: a triangulated unit sphere, shapes (V, 3) and (F, 3).
-    - `values`: shape (len(times), F), one value per face and time; NaN faces are grey. One
-      colour scale for all times, saturating at the 99.5th percentile.
-    - `times`: the times, for the panel titles.
+    - `values`: shape (len(times), F), one value per face and time; NaN faces (no value) are
+      grey, and a legend under the colour bar says what grey means (`missing`). One colour
+      scale for all times, saturating at the 99.5th percentile.
+    - `times`: the times in seconds, for the panel titles.
     - `path`, `title`: where to write the PNG, and its title.
     - `label`: the colour bar's label.
     - `view`: (elevation, azimuth) of the camera, in degrees.
+    - `missing`: what a grey (NaN) face means, for the legend.
     """
     values = np.asarray(values)
     columns = min(3, len(times))
     rows = -(-len(times) // columns)
-    fig = plt.figure(figsize=(3.2 * columns + 1.2, 3.2 * rows + 0.4))
+    fig = plt.figure(figsize=(3.2 * columns + 1.2, 3.2 * rows + 0.8))
     finite = values[np.isfinite(values)]
     # A few hot faces would wash out the rest: the top 0.5 % saturate.
     norm = matplotlib.colors.Normalize(vmin=finite.min(), vmax=np.percentile(finite, 99.5))
@@ -84,14 +111,17 @@ def plot_sphere_faces(vertices, faces, values, times, path, title, label, view=(
         ax.set_box_aspect((1, 1, 1), zoom=1.35)
         ax.view_init(*view)
         ax.set_axis_off()
-        ax.set_title(f"t = {t:g}")
-    fig.subplots_adjust(left=0.0, right=0.86, bottom=0.02, top=0.9, wspace=0.0, hspace=0.1)
+        ax.set_title(f"t = {t:g} s")
+    fig.subplots_adjust(left=0.0, right=0.86, bottom=0.04, top=0.86, wspace=0.0, hspace=0.1)
     fig.colorbar(
         matplotlib.cm.ScalarMappable(norm=norm, cmap=colormap),
         cax=fig.add_axes((0.89, 0.2, 0.02, 0.6)),
         label=label,
         extend="max",
     )
+    if not np.all(np.isfinite(values)):
+        grey = matplotlib.patches.Patch(facecolor=(0.6, 0.6, 0.6), label=f"grey: {missing}")
+        fig.legend(handles=[grey], loc="lower right", fontsize="small", frameon=False)
     fig.suptitle(title)
     _save(fig, path, dpi=110)
 
@@ -140,3 +170,170 @@ def _save(fig, path, dpi):
             fig.savefig(file, format="png", dpi=dpi)
     finally:
         plt.close(fig)
+
+
+def _check_paths(q, name="q") -> np.ndarray:
+    """q as a float array (S, n, 3) of finite values, or a ValueError saying what is wrong."""
+    q = np.asarray(q)
+    if q.ndim != 3 or q.shape[-1] != 3 or q.shape[0] < 1:
+        raise ValueError(
+            f"`{name}` must have shape (S, n, 3), S saved states of n unit vectors (e.g. `sol.q`); "
+            f"got {q.shape}. For a batch, pass one member: sol.q[b]"
+        )
+    if not np.issubdtype(q.dtype, np.floating) or not np.all(np.isfinite(q)):
+        raise ValueError(f"`{name}` must be finite floats")
+    return q
+
+
+def _unit_sphere(ax, alpha=0.08):
+    """A translucent unit sphere with e₃ marked: s2jax puts gravity along +e₃ (e₃ points down)."""
+    u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, np.pi, 20))
+    ax.plot_surface(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="grey", alpha=alpha,
+                    linewidth=0, shade=False)
+    ax.quiver(0, 0, 0, 0, 0, 1.25, color="black", arrow_length_ratio=0.08, lw=1)
+    ax.text(0, 0, 1.35, "e₃: down (gravity)", fontsize="small")
+
+
+def _figure_and_axis(ax, figsize):
+    if ax is None:
+        fig = matplotlib.figure.Figure(figsize=figsize)
+        return fig, fig.add_subplot(projection="3d")
+    if getattr(ax, "name", None) != "3d":
+        raise ValueError("`ax` must be a 3-D axis: figure.add_subplot(projection='3d')")
+    return ax.figure, ax
+
+
+def sphere_paths(q, *, ax=None, bodies=None, colors=None, title=None) -> matplotlib.figure.Figure:
+    """Each body's path t ↦ q_i(t) on a translucent unit sphere, in 3-D.
+
+    e₃ is drawn and labelled "down (gravity)": the models of s2jax (002 §3.5) hang along +e₃,
+    so the z axis is drawn pointing down. A circle marks each path's start, a square its end.
+
+    **Arguments:**
+
+    - `q`: the unit vectors, shape (S, n, 3), e.g. `sol.q`.
+    - `ax`: a 3-D matplotlib axis to draw on, or None for a new figure.
+    - `bodies`: the indices of the bodies to draw, or None for all.
+    - `colors`: one matplotlib colour per drawn body, or None for the default cycle.
+    - `title`: the axis title, or None.
+
+    **Returns:** the `matplotlib.figure.Figure` (in Jupyter it shows itself; else
+    `fig.savefig("paths.png")`).
+    """
+    q = _check_paths(q)
+    n = q.shape[1]
+    bodies = list(range(n)) if bodies is None else [int(i) for i in bodies]
+    if not all(0 <= i < n for i in bodies):
+        raise ValueError(f"`bodies` must be indices of the {n} bodies; got {bodies}")
+    if colors is not None and len(colors) != len(bodies):
+        raise ValueError(f"`colors` must give one colour per drawn body ({len(bodies)}); got {len(colors)}")
+    fig, ax = _figure_and_axis(ax, (5.5, 5.5))
+    _unit_sphere(ax)
+    for k, i in enumerate(bodies):
+        colour = None if colors is None else colors[k]
+        (line,) = ax.plot(*q[:, i].T, lw=1, color=colour, label=f"body {i}")
+        ax.scatter(*q[0, i], color=line.get_color(), marker="o", s=20)
+        ax.scatter(*q[-1, i], color=line.get_color(), marker="s", s=20)
+    _cube(ax, 1.0)
+    if len(bodies) <= 10:
+        ax.legend(fontsize="small", loc="upper left")
+    if title is not None:
+        ax.set_title(title)
+    return fig
+
+
+def _cube(ax, radius, centre=(0.0, 0.0, 0.0)):
+    """Equal scales on the three axes, z drawn downwards (gravity is +e₃)."""
+    x, y, z = centre
+    ax.set_xlim(x - radius, x + radius)
+    ax.set_ylim(y - radius, y + radius)
+    ax.set_zlim(z + radius, z - radius)
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_zlabel("z (down)")
+
+
+def _positions(q, lengths, pivots):
+    """Per frame, the polylines to draw (each an (m, 3) array); the centre and half-width of the scene."""
+    if lengths is not None and pivots is not None:
+        raise ValueError("pass `lengths` (a chain) or `pivots` (a dipole array), not both")
+    n = q.shape[1]
+    if lengths is not None:
+        lengths = np.broadcast_to(np.asarray(lengths, dtype=float), (n,))
+        joints = np.cumsum(lengths[None, :, None] * q, axis=1)  # x_i = Σ_{j≤i} l_j q_j
+        points = np.concatenate([np.zeros((q.shape[0], 1, 3)), joints], axis=1)
+        return [[frame] for frame in points], np.zeros(3), float(np.sum(np.abs(lengths)))
+    if pivots is not None:
+        pivots = np.asarray(pivots, dtype=float)
+        if pivots.shape != (n, 3):
+            raise ValueError(f"`pivots` must have shape (n, 3) = {(n, 3)}; got {pivots.shape}")
+        gaps = np.linalg.norm(pivots[:, None] - pivots[None], axis=-1)[~np.eye(n, dtype=bool)]
+        half = 0.4 * (gaps.min() if n > 1 else 1.0)  # rods of 0.8 × the nearest spacing
+        rods = [[np.stack([p - half * d, p + half * d]) for p, d in zip(pivots, frame)] for frame in q]
+        centre = 0.5 * (pivots.min(axis=0) + pivots.max(axis=0))
+        return rods, centre, float(np.max(np.abs(pivots - centre)) + half)
+    return [[np.stack([np.zeros(3), d]) for d in frame] for frame in q], np.zeros(3), 1.0
+
+
+def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, t=None, title=None):
+    """Write a GIF of the bodies moving: a chain, a dipole array, or unit vectors on the sphere.
+
+    - With `lengths` (l_i): a chain hanging from the origin, joint i at x_i = Σ_{j≤i} l_j q_j
+      (as the chains of 002 Examples 1, 3, 4); the links join the origin and the joints.
+    - With `pivots` (p_i, shape (n, 3)): a dipole array (002 Example 5), magnet i a rod through
+      p_i along q_i, its north end q_i-wards marked.
+    - Otherwise each q_i on a translucent unit sphere, linked to the origin.
+
+    The frames are drawn with matplotlib and written by Pillow (no external program), atomically
+    (`s2jax.io.atomic_write`). z is drawn downwards: gravity is +e₃.
+
+    **Arguments:**
+
+    - `q`: shape (S, n, 3), e.g. `sol.q`.
+    - `path`: the GIF file to write.
+    - `fps`: frames per second of the GIF (GIF stores delays in 10 ms units).
+    - `links`: draw the links (the rods), not only the bodies.
+    - `every`: draw every `every`-th saved state; the GIF has ⌈S / every⌉ frames.
+    - `lengths`, `pivots`: see above (at most one of them).
+    - `t`: the save times, shape (S,) (e.g. `sol.t`), shown on each frame; or None.
+    - `title`: a title over every frame, or None.
+
+    **Returns:** `path`.
+    """
+    from PIL import Image
+
+    q = _check_paths(q)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"`every` must be a positive int; got {every!r}")
+    if not fps > 0:
+        raise ValueError(f"`fps` must be positive; got {fps!r}")
+    if t is not None and np.shape(t) != q.shape[:1]:
+        raise ValueError(f"`t` must have shape (S,) = {q.shape[:1]}; got {np.shape(t)}")
+    polylines, centre, radius = _positions(q, lengths, pivots)
+    fig = matplotlib.figure.Figure(figsize=(4.5, 4.5), dpi=80)
+    canvas = FigureCanvasAgg(fig)
+    ax = fig.add_subplot(projection="3d")
+    if lengths is None and pivots is None:
+        _unit_sphere(ax)
+    _cube(ax, 1.05 * radius, centre)
+    count = len(polylines[0])
+    lines = [ax.plot([], [], [], "-" if links else "", color="tab:blue", lw=1.5)[0] for _ in range(count)]
+    ends = ax.plot([], [], [], "o", color="tab:red", ms=4)[0]
+    label = ax.text2D(0.02, 0.95, "", transform=ax.transAxes)
+    if title is not None:
+        ax.set_title(title)
+    images = []
+    for k in range(0, q.shape[0], every):
+        for line, points in zip(lines, polylines[k]):
+            line.set_data_3d(*points.T)
+        # The bobs: the chain's joints, the north ends of the magnets, the points on the sphere.
+        tips = polylines[k][0][1:] if lengths is not None else np.stack([p[-1] for p in polylines[k]])
+        ends.set_data_3d(*tips.T)
+        label.set_text("" if t is None else f"t = {float(t[k]):.3f} s")
+        canvas.draw()
+        images.append(Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB"))
+    with atomic_write(path) as file:
+        images[0].save(file, format="GIF", save_all=True, append_images=images[1:],
+                       duration=round(1000 / fps), loop=0)
+    return path

@@ -75,6 +75,7 @@ def test_every_integrator_takes_the_forces_at_its_order(integrator, n):
     assert 2**integrator.order / 1.5 < ratio < 2**integrator.order * 1.5, (errors, ratio)
 
 
+@pytest.mark.slow
 def test_moments_printed_in_001_are_not_the_generalized_forces():
     """001 §V prints f₁ = τ + l₁ S(q₁) d, f_j = l_j S(q_j) d (moments); they miss the reference by O(1).
 
@@ -126,6 +127,7 @@ def test_work_energy_balance_is_second_order():
     assert np.all(np.abs(ratios - 4.0) < 0.6), (defects, ratios)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("integrator", [s2.VariationalIntegrator(), s2.RungeKutta4()], ids=lambda i: type(i).__name__)
 def test_zero_controls_give_bitwise_the_unforced_run(integrator):
     q0, omega0 = chain.paper_state(N_LINKS)
@@ -258,6 +260,7 @@ def test_bad_controls_and_forces_are_refused_before_compiling(kwargs, message):
         _simulate_with(**kwargs)
 
 
+@pytest.mark.slow
 def test_non_finite_controls_under_jit_give_a_result_code():
     run = jax.jit(lambda controls: _simulate_with(controls=controls, throw=False).result)
     assert run(jnp.zeros((10, 3))) == s2.RESULTS.successful

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -38,3 +40,68 @@ def test_a_killed_writer_leaves_the_previous_file_whole(tmp_path):
     np.testing.assert_array_equal(np.load(path)["x"], np.arange(5))
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "trajectory.npz"]
     assert all(name.startswith(".trajectory.npz.") and name.endswith(".tmp") for name in leftovers)
+
+
+def _pendulum(q, qdot, params):
+    return 0.5 * params["m"] * jnp.sum(qdot**2) + params["m"] * params["g"] * q[0, 2]
+
+
+def _solution(throw=True, dt=0.01):
+    q0 = np.array([[np.sin(0.7), 0.0, np.cos(0.7)]])
+    omega0 = np.array([[0.0, 0.9, 0.0]])
+    params = {"m": 1.3, "g": 9.81, "links": [{"length": np.array([1.0, 2.0])}, {"label": "bob"}]}
+    return s2.simulate(_pendulum, q0, omega0, params, dt=dt, num_steps=50, throw=throw), params
+
+
+def test_solution_round_trip_is_bitwise(tmp_path):
+    sol, params = _solution()
+    path = tmp_path / "run.npz"
+    sol.save(path, params=params, metadata={"seed": 3, "note": "e₃ down"})
+    loaded, loaded_params, metadata = s2.io.load_solution(path)
+    for name in ("t", "q", "omega", "failed_step"):
+        a, b = np.asarray(getattr(sol, name)), np.asarray(getattr(loaded, name))
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    assert repr(loaded.result) == "RESULTS.successful"
+    assert bool(loaded.result == s2.RESULTS.successful)
+    assert loaded_params["params.m"] == 1.3 and loaded_params["params.links.1.label"] == "bob"
+    np.testing.assert_array_equal(loaded_params["params.links.0.length"], [1.0, 2.0])
+    assert metadata == {"seed": 3, "note": "e₃ down", "s2jax_version": s2.__version__}
+    # Back into the structure of the params.
+    _, structured, _ = s2.io.load_solution(path, params_like=params)
+    assert structured["m"] == 1.3 and str(structured["links"][1]["label"]) == "bob"
+
+
+def test_saved_solution_is_readable_with_plain_numpy(tmp_path):
+    sol, params = _solution()
+    path = tmp_path / "run.npz"
+    s2.io.save_solution(path, sol, params=params)
+    script = (
+        "import json, sys, numpy as np\n"
+        "d = np.load(sys.argv[1], allow_pickle=False)\n"
+        "print(d['q'].shape, str(d['result']), int(d['failed_step']), float(d['params.g']),"
+        " str(d['s2jax_version']), json.loads(str(d['metadata'])))\n"
+    )
+    # A fresh interpreter that never imports s2jax or jax.
+    run = subprocess.run([sys.executable, "-I", "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"(51, 1, 3) successful -1 9.81 {s2.__version__} {{}}"
+
+
+def test_failed_batch_round_trips_its_codes(tmp_path):
+    sols = jax.vmap(lambda dt: _solution(throw=False, dt=dt)[0])(jnp.array([0.01, 50.0]))
+    assert repr(sols.result) != "RESULTS[successful, successful]"
+    path = tmp_path / "batch.npz"
+    sols.save(path)
+    loaded, params, _ = s2.io.load_solution(path)
+    assert repr(loaded.result) == repr(sols.result) and params == {}
+    np.testing.assert_array_equal(loaded.failed_step, sols.failed_step)
+
+
+def test_bad_files_and_metadata_are_rejected(tmp_path):
+    sol, _ = _solution()
+    with pytest.raises(ValueError, match="JSON"):
+        sol.save(tmp_path / "x.npz", metadata={"f": object()})
+    assert not (tmp_path / "x.npz").exists()
+    np.savez(tmp_path / "other.npz", q=np.zeros(3))
+    with pytest.raises(ValueError, match="not a file of s2jax.io.save_solution"):
+        s2.io.load_solution(tmp_path / "other.npz")

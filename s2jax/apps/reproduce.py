@@ -359,7 +359,10 @@ def write_figures(
     }
     styles = {r.run.label: r.run.style for r in results}
     path = out / f"{example.slug}_fig_3_{example.number}.png"
-    title = f"002 Example {example.number}: {example.title} (cf. Fig. 3.{example.number})"
+    title = (
+        f"Lee–Leok–McClamroch 2009 (002), Fig. 3.{example.number}\n"
+        f"Example {example.number}: {example.title}"
+    )
     plot_energy_and_unit_length(curves, path, title, styles)
     paths = [path]
     if example.model is lennard_jones_on_sphere:
@@ -377,9 +380,10 @@ def write_figures(
             values,
             vi.t[index],
             path,
-            "002 Example 6: mean kinetic energy of the molecules in and around each face "
-            "(cf. Fig. 3.7)",
+            "Lee–Leok–McClamroch 2009 (002), Fig. 3.7 — Example 6: mean kinetic energy of\n"
+            "the molecules in and around each face",
             "½ m|q̇|², mean over a face and its neighbours",
+            missing="no molecule in or around the face",
         )
         paths.append(path)
     return paths
