@@ -55,3 +55,12 @@ from ._system import (
 from ._validation import check_initial_state as check_initial_state
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `s2jax.plot` imports matplotlib, which most runs never need: load it on first use.
+    if name == "plot":
+        import importlib
+
+        return importlib.import_module(".plot", __name__)
+    raise AttributeError(f"module 's2jax' has no attribute {name!r}")

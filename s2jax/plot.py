@@ -3,17 +3,16 @@
 against time and the kinetic energy of molecules over the sphere.
 
 `sphere_paths` and `animate` draw on `matplotlib.figure.Figure`s of their own (no pyplot
-state); the figures of `python -m s2jax reproduce` use pyplot with the Agg backend.
+state); the figures of `python -m s2jax reproduce` use pyplot (the command line selects the Agg
+backend; importing this module leaves the backend alone, so figures show inline in notebooks).
 """
 
 import matplotlib
 import matplotlib.figure
 import matplotlib.patches
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
 
 from .io import atomic_write  # noqa: E402

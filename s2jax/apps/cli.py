@@ -10,6 +10,7 @@ import pathlib
 import sys
 
 import jax
+import matplotlib
 
 from . import control_examples
 from .reproduce import EXAMPLES, reproduce
@@ -33,6 +34,8 @@ def main(argv=None) -> int:
     # The paper's examples run in float64; set here, not on import, so that importing the
     # apps leaves JAX's configuration alone.
     jax.config.update("jax_enable_x64", True)
+    # Figures are written to files, never shown: no display needed.
+    matplotlib.use("Agg")
     parser = argparse.ArgumentParser(
         prog="python -m s2jax",
         description=__doc__,
