@@ -160,7 +160,7 @@ class Loop(eqx.Module):
 
 
 def simulate(
-    lagrangian: Lagrangian,
+    lagrangian: Lagrangian | AbstractSystem,
     q0: Float[ArrayLike, "n 3"],
     omega0: Float[ArrayLike, "n 3"],
     params: Params,
@@ -183,7 +183,9 @@ def simulate(
     **Arguments:**
 
     - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3),
-      of the form (2.2) ½ Σ M_ij q̇_i·q̇_j − V(q).
+      of the form (2.2) ½ Σ M_ij q̇_i·q̇_j − V(q); or an `s2jax.AbstractSystem`, used as it is
+      (its own force included: a system cannot be combined with `force=`, pass the force to
+      the system instead).
     - `q0`, `omega0`: the initial state, shape (n, 3); |q_i| = 1 and q_i·ω_i = 0 to 1e-12
       (use `s2jax.project_tangent` on rounded data).
     - `params`: any PyTree. Float and array leaves are traced (new values do not
@@ -224,13 +226,26 @@ def simulate(
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
     if not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):
         raise TypeError(f"`integrator` must be an s2jax integrator, got {integrator!r}")
-    if not callable(lagrangian):
-        raise TypeError("`lagrangian` must be a function L(q, qdot, params) -> scalar")
-    if force is not None and not isinstance(force, AbstractForce):
-        if not callable(force):
-            raise TypeError(f"`force` must be an s2jax force or a function f(t, q, omega, u, params); got {force!r}")
-        force = Force(force)
-    system = LagrangianSystem(lagrangian, force)
+    if isinstance(lagrangian, AbstractSystem):
+        if force is not None:
+            raise ValueError(
+                "`force` given with a system: a system carries its own force (e.g. "
+                "LagrangianSystem(lagrangian, force)); pass it there, not to simulate."
+            )
+        system = lagrangian
+        force = getattr(system, "force", None)
+    elif not callable(lagrangian):
+        raise TypeError("`lagrangian` must be a function L(q, qdot, params) -> scalar or an s2jax.AbstractSystem")
+    else:
+        if force is not None and not isinstance(force, AbstractForce):
+            if not callable(force):
+                raise TypeError(
+                    f"`force` must be an s2jax force or a function f(t, q, omega, u, params); got {force!r}"
+                )
+            force = Force(force)
+        system = LagrangianSystem(lagrangian, force)
+    # Only a Lagrangian of (2.2) has a form to check; other systems are used as they are.
+    lagrangian = system.lagrangian if isinstance(system, LagrangianSystem) else None
     name = type(integrator).__name__
     policy = controls if callable(controls) else None
     if controls is not None:
@@ -298,6 +313,7 @@ def simulate(
         check_initial_state(q0, omega0, dt)
     if concrete_params:
         check_parameters(params)
+    if concrete_params and lagrangian is not None:
         # M of (2.2) does not depend on q, so with known params the form can be checked before
         # compiling even when the state is traced: at a fixed random state of the same shape.
         probe = (q0, omega0) if concrete else random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
@@ -313,7 +329,7 @@ def simulate(
 
     solution = _integrate(
         system, integrator, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every,
-        progress, throw, not concrete_params,
+        progress, throw, not concrete_params and lagrangian is not None,
     )
     if throw:
         codes = solution.result._value
