@@ -109,3 +109,121 @@ def test_general_vi_is_second_order_against_a_coordinate_reference(name):
     slope = np.polyfit(np.log(steps), np.log(errors), 1)[0]
     assert -2.15 < slope < -1.85, (errors, slope)
     assert errors[-1] < 1e-3
+
+
+def _velocity(sol):
+    return jnp.cross(sol.omega, sol.q)
+
+
+@pytest.mark.slow
+def test_momentum_maps_of_symmetries_are_exact():
+    """Rotations about e₃ leave L_d invariant for both models: J₃ is conserved to round-off."""
+    for module, momentum in [(rotating, rotating.vertical_momentum), (monopole, monopole.poincare_vector)]:
+        q0, omega0 = module.paper_state()
+        params = {k: jnp.asarray(v) for k, v in module.paper_params().items()}
+        sol = s2.simulate(module.lagrangian, q0, omega0, params, dt=0.05, num_steps=2000, save_every=10)
+        j = np.asarray(momentum(sol.q, _velocity(sol), params))
+        vertical = j if j.ndim == 1 else j[:, 0, 2]
+        np.testing.assert_allclose(vertical, vertical[0], rtol=0, atol=5e-13 * max(1.0, abs(vertical[0])))
+    # J₁, J₂ of the monopole belong to rotations that move the Dirac string (L changes by a total
+    # derivative the trapezoidal rule does not integrate exactly): conserved to O(h²), not exactly.
+    q0, omega0 = monopole.paper_state()
+    params = {k: jnp.asarray(v) for k, v in monopole.paper_params().items()}
+    drifts = []
+    for dt in (0.02, 0.01):
+        sol = s2.simulate(monopole.lagrangian, q0, omega0, params, dt=dt, num_steps=round(20 / dt), save_every=10)
+        j = np.asarray(monopole.poincare_vector(sol.q, _velocity(sol), params))[:, 0]
+        drifts.append(np.max(np.abs(j - j[0])))
+    assert drifts[0] < 5e-3 and 3.0 < drifts[0] / drifts[1] < 5.0, drifts
+
+
+@pytest.mark.slow
+def test_jacobi_integral_is_bounded_over_1e5_steps():
+    q0, omega0 = rotating.paper_state()
+    params = rotating.paper_params()
+    sol = s2.simulate(rotating.lagrangian, q0, omega0, params, dt=0.02, num_steps=100_000, save_every=100)
+    system = s2.GeneralLagrangianSystem(rotating.lagrangian)
+    args = system.prepare(sol.q[0], {k: jnp.asarray(v) for k, v in params.items()})
+    energy = np.asarray(jax.vmap(lambda q, w: system.energy(q, w, args))(sol.q, sol.omega))
+    error = np.abs(energy - energy[0])
+    # An O(h²) oscillation without drift: the last tenth is no worse than the first.
+    assert np.max(error) < 2e-3 * abs(energy[0])
+    assert np.max(error[-100:]) < 1.5 * np.max(error[:100]) + 1e-12
+    np.testing.assert_allclose(np.linalg.norm(sol.q, axis=-1), 1.0, rtol=0, atol=1e-13)
+
+
+FORM_2_2_MODELS = ["spherical_pendulum", "double_spherical_pendulum", "chain_pendulum", "coupled_spherical_pendula",
+                   "n_body_on_sphere", "elastic_rod", "magnetic_dipoles", "lennard_jones_on_sphere"]
+
+
+@pytest.mark.parametrize("name", FORM_2_2_MODELS)
+@pytest.mark.slow
+def test_general_vi_reproduces_the_2_2_vi(name):
+    module = getattr(s2.models, name)
+    # The paper set-ups (004's h = 0.2 for the spherical pendulum; the stiff rod, shortened to
+    # 5 elements as in test_models, needs h = 1e-4).
+    sizes = {"chain_pendulum": 3, "elastic_rod": 5}
+    q0, omega0 = module.paper_state(*[sizes[name]] if name in sizes else [])
+    params = module.paper_params(*[sizes[name]] if name in sizes else [])
+    dt = {"spherical_pendulum": 0.2, "elastic_rod": 1e-4}.get(name, 0.01)
+    options = dict(dt=dt, num_steps=10)
+    special = s2.simulate(module.lagrangian, q0, omega0, params, **options)
+    general = s2.simulate(module.lagrangian, q0, omega0, params, integrator=s2.GeneralVariationalIntegrator(),
+                          **options)
+    assert special.integrator == "VariationalIntegrator"
+    assert general.integrator == "GeneralVariationalIntegrator"
+    # The same equations (trapezoidal L_d is (3.1)) solved by different Newton iterations:
+    # agreement to the solver tolerance, 1e-12, times the 10 steps.
+    scale = 1.0 + np.max(np.abs(special.omega))
+    np.testing.assert_allclose(general.q, special.q, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(general.omega, special.omega, rtol=0, atol=1e-11 * scale)
+
+
+def test_continuous_equations_and_legendre_maps_match_the_2_2_system():
+    params = {k: jnp.asarray(v) for k, v in dsp.paper_params().items()}
+    q, omega = s2.random_state(jax.random.PRNGKey(3), 2)
+    special = s2.LagrangianSystem(dsp.lagrangian)
+    general = s2.GeneralLagrangianSystem(dsp.lagrangian)
+    args = s2.SystemArgs(params)
+    t = jnp.zeros(())
+    expected = special.angular_acceleration(t, q, omega, args)
+    np.testing.assert_allclose(general.angular_acceleration(t, q, omega, args), expected, rtol=0,
+                               atol=1e-12 * float(jnp.max(jnp.abs(expected))))
+    p = general.momentum(q, omega, args)
+    np.testing.assert_allclose(p, special.momentum(q, omega, args), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(general.angular_velocity(q, p, args), omega, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(general.energy(q, omega, args), special.energy(q, omega, args), rtol=1e-14)
+    np.testing.assert_allclose(general.inertia(q, args), dsp.inertia_matrix(params), rtol=1e-14)
+
+
+def test_continuous_equations_of_the_ellipsoid_pendulum_match_the_coordinate_reference():
+    """ω̇ of 001 (11) by autodiff against ẍ of the chart: q̈ = ω̇ × q + ω × q̇ mapped back."""
+    params = {k: jnp.asarray(v) for k, v in ellipsoid.paper_params().items()}
+    q, omega = ellipsoid.paper_state()
+    system = s2.GeneralLagrangianSystem(ellipsoid.lagrangian)
+    omega_dot = system.angular_acceleration(jnp.zeros(()), jnp.asarray(q), jnp.asarray(omega), s2.SystemArgs(params))
+    qdot = np.cross(omega, q)
+    acceleration = np.cross(omega_dot, q) + np.cross(omega, qdot)
+    # Finite differences of the coordinate reference over a short time give q̈(0).
+    times = np.array([-1e-3, 0.0, 1e-3])
+    forward, _ = _reference(ellipsoid.lagrangian, ellipsoid.paper_params(), q, omega, times[1:])
+    backward, _ = _reference(ellipsoid.lagrangian, ellipsoid.paper_params(), q, -omega, times[1:])
+    central = (forward[-1] + backward[-1] - 2 * np.asarray(q)) / 1e-6
+    np.testing.assert_allclose(acceleration, central, rtol=0, atol=1e-5 * np.max(np.abs(acceleration)))
+
+
+def test_a_step_back_undoes_a_step():
+    params = {k: jnp.asarray(v) for k, v in ellipsoid.paper_params().items()}
+    q0, omega0 = (jnp.asarray(x) for x in ellipsoid.paper_state())
+    system = s2.GeneralLagrangianSystem(ellipsoid.lagrangian)
+    integrator = s2.GeneralVariationalIntegrator()
+    args = system.prepare(q0, params)
+    t, dt = jnp.zeros(()), jnp.asarray(0.05)
+    state = integrator.init(system, t, (q0, omega0), args)
+    y1, state, result = integrator.step(system, t, dt, (q0, omega0), args, state)
+    assert result == s2.RESULTS.successful
+    (q, omega), _, result = integrator.step(system, t + dt, -dt, y1, args, state)
+    assert result == s2.RESULTS.successful
+    assert np.max(np.abs(y1[0] - q0)) > 1e-2
+    np.testing.assert_allclose(q, q0, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(omega, omega0, rtol=0, atol=1e-12)
