@@ -566,7 +566,13 @@ def _failure_message(code, failed_step, dt, batch_index=None) -> str:
         RESULTS.inertia_not_diagonal,
     )
     if any(code == c._value for c in before_first_step):
-        return f"s2jax.simulate{where}: before the first step: {RESULTS._index_to_message[int(code)]}"
+        message = f"s2jax.simulate{where}: before the first step: {RESULTS._index_to_message[int(code)]}"
+        if code == RESULTS.not_lagrangian_form._value:
+            message += (
+                ". To integrate a Lagrangian of any form with traced params, pass "
+                "s2jax.GeneralLagrangianSystem(lagrangian) or integrator=s2jax.GeneralVariationalIntegrator()"
+            )
+        return message
     return (
         f"s2jax.simulate{where}: step {step} → {step + 1} (t = {step * float(dt):.6g}) "
         f"failed: {RESULTS._index_to_message[int(code)]}. Pass throw=False to get the "
