@@ -242,10 +242,14 @@ def simulate(
 
     Bad input raises `ValueError` before anything is compiled: wrong shapes, non-finite
     values, |q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond 1e-12 (naming the body), dt ≤ 0, a Lagrangian not
-    of the form (2.2), a non-diagonal M for an integrator that needs a diagonal one, or a force
-    the integrator or adjoint cannot take. Values that are traced (under `jax.jit` or
-    `jax.vmap`) are checked inside the computation instead: a bad initial state gives
-    `RESULTS.invalid_initial_state`, a non-diagonal M `RESULTS.inertia_not_diagonal`.
+    of the form (2.2) for an integrator that needs it, a non-diagonal M for an integrator that
+    needs a diagonal one, or a force the integrator or adjoint cannot take. Values that are
+    traced (under `jax.jit` or `jax.vmap`) are checked inside the computation instead: a bad
+    initial state gives `RESULTS.invalid_initial_state`, a non-diagonal M
+    `RESULTS.inertia_not_diagonal`, a Lagrangian not of the form (2.2) on the (2.2) path
+    `RESULTS.not_lagrangian_form`. A Lagrangian that is not regular (∂²L/∂q̇∂q̇ singular on
+    the tangent spaces) makes the general integrator's Newton iteration fail at the first
+    step, reported as a failure of step 0.
 
     **Returns:** a `Solution`.
     """
