@@ -18,6 +18,7 @@ from ._diagnostics import (
 from ._errors import SimulationError as SimulationError
 from ._force import AbstractForce as AbstractForce, Force as Force
 from ._form_check import check_lagrangian_form as check_lagrangian_form
+from ._general_system import GeneralLagrangianSystem as GeneralLagrangianSystem
 from ._geometry import (
     cayley_rotate as cayley_rotate,
     hat as hat,
@@ -36,6 +37,7 @@ from ._integrators import (
     Composition as Composition,
     DiscreteHamelIntegrator as DiscreteHamelIntegrator,
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
+    GeneralVariationalIntegrator as GeneralVariationalIntegrator,
     LieEuler as LieEuler,
     LieEulerHeun as LieEulerHeun,
     Rattle as Rattle,

@@ -24,8 +24,19 @@ from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError, error_if
 from ._force import AbstractForce, Force
 from ._form_check import check_lagrangian_form, lagrangian_form_is_valid
+from ._general_system import GeneralLagrangianSystem
 from ._geometry import random_state
-from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
+from ._integrators import (
+    AbstractAdaptiveIntegrator,
+    AbstractIntegrator,
+    Composition,
+    DiscreteHamelIntegrator,
+    ExplicitVariationalIntegrator,
+    GeneralVariationalIntegrator,
+    Rattle,
+    StormerVerlet,
+    VariationalIntegrator,
+)
 from ._integrators.base import IntegratorState, State
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
@@ -42,6 +53,8 @@ class Solution(eqx.Module):
     - `result`: a `RESULTS` code; anything but `RESULTS.successful` means the simulation
       stopped early and the saved states after `failed_step` repeat the last good one.
     - `failed_step`: the index k of the first step k → k + 1 that failed, or −1.
+    - `integrator`: the class name of the integrator that ran (static), e.g.
+      "VariationalIntegrator" or "GeneralVariationalIntegrator".
 
     `print(sol.summary())` says in a few lines what happened (`repr(sol)` gives the shapes,
     not the arrays); `sol.save("run.npz", params=params)` writes it for numpy alone to read
@@ -53,6 +66,7 @@ class Solution(eqx.Module):
     omega: Float[Array, "S n 3"]
     result: RESULTS
     failed_step: Int[Array, ""]
+    integrator: str = eqx.field(static=True)
 
     def summary(self, lagrangian: Lagrangian | None = None, params: Params | None = None) -> str:
         """A few lines on what the run did: the bodies, saved states and horizon; per batch
@@ -188,14 +202,14 @@ class Loop(eqx.Module):
 
 
 def simulate(
-    lagrangian: Lagrangian,
+    lagrangian: Lagrangian | AbstractSystem,
     q0: Float[ArrayLike, "n 3"],
     omega0: Float[ArrayLike, "n 3"],
     params: Params,
     *,
     dt: float | Float[ArrayLike, ""],
     num_steps: int,
-    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator = VariationalIntegrator(),
+    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None = None,
     force: AbstractForce | Callable | None = None,
     controls: Float[ArrayLike, "num_steps ..."] | Callable | None = None,
     save_every: int = 1,
@@ -205,21 +219,36 @@ def simulate(
 ) -> Solution:
     """Simulate the system of `lagrangian` from (q0, ω0) for `num_steps` steps of size `dt`.
 
-    The state is (q, ω) ∈ T(S²)ⁿ with q̇_i = ω_i × q_i and ω_i ⊥ q_i (002 (2.1)). The default
-    integrator is the variational integrator (3.10)–(3.13) of Lee–Leok–McClamroch 2009.
+    The state is (q, ω) ∈ T(S²)ⁿ with q̇_i = ω_i × q_i and ω_i ⊥ q_i (002 (2.1)).
+
+    **Which integrator runs** (`Solution.integrator` names it): with `integrator=None`, a
+    Lagrangian of the form (2.2) (checked by `check_lagrangian_form` before compiling) runs the
+    variational integrator (3.10)–(3.13) of Lee–Leok–McClamroch 2009, `VariationalIntegrator`;
+    any other L (configuration-dependent inertia, terms linear in q̇, …) runs the
+    `GeneralVariationalIntegrator` of the trapezoidal discrete Lagrangian on a
+    `GeneralLagrangianSystem`. Where the form cannot be checked before compiling (params
+    traced under `jax.jit`/`jax.vmap`), the (2.2) path runs and checks the form inside,
+    returning `RESULTS.not_lagrangian_form` if it fails. An integrator built on (2.2)
+    (`VariationalIntegrator`, `ExplicitVariationalIntegrator`, `Rattle`, `StormerVerlet`,
+    `DiscreteHamelIntegrator`, their `Composition`s) asked for a non-(2.2) L is an error;
+    one that needs only the equations of motion (Runge–Kutta, Lie group methods,
+    `AdaptiveRungeKutta45`) runs on the `GeneralLagrangianSystem`.
 
     **Arguments:**
 
     - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3),
-      of the form (2.2) ½ Σ M_ij q̇_i·q̇_j − V(q).
+      of the form (2.2) ½ Σ M_ij q̇_i·q̇_j − V(q); or an `s2jax.AbstractSystem`, used as it is
+      (its own force included: a system cannot be combined with `force=`, pass the force to
+      the system instead).
     - `q0`, `omega0`: the initial state, shape (n, 3); |q_i| = 1 and q_i·ω_i = 0 to 1e-12
       (use `s2jax.project_tangent` on rounded data).
     - `params`: any PyTree. Float and array leaves are traced (new values do not
       recompile); other leaves (ints, strings, tuples of ints) are static.
     - `dt`: the step h > 0 (for `AdaptiveRungeKutta45`, the spacing of the output grid).
     - `num_steps`: the number of steps; the horizon is num_steps · dt.
-    - `integrator`: a `VariationalIntegrator` (default), `ExplicitVariationalIntegrator`,
-      another `AbstractIntegrator`, or `AdaptiveRungeKutta45`.
+    - `integrator`: None (default: chosen as above), a `VariationalIntegrator`,
+      `GeneralVariationalIntegrator`, `ExplicitVariationalIntegrator`, another
+      `AbstractIntegrator`, or `AdaptiveRungeKutta45`.
     - `force`: non-conservative generalized forces f(t, q, ω, u, params) -> (n, 3) of 001
       (10), an `s2jax.AbstractForce` or a plain function (taken to depend on ω; wrap it in
       `s2jax.Force(fn, depends_on_velocity=False)` if it does not). u is the control of the
@@ -242,25 +271,48 @@ def simulate(
 
     Bad input raises `ValueError` before anything is compiled: wrong shapes, non-finite
     values, |q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond 1e-12 (naming the body), dt ≤ 0, a Lagrangian not
-    of the form (2.2), a non-diagonal M for an integrator that needs a diagonal one, or a force
-    the integrator or adjoint cannot take. Values that are traced (under `jax.jit` or
-    `jax.vmap`) are checked inside the computation instead: a bad initial state gives
-    `RESULTS.invalid_initial_state`, a non-diagonal M `RESULTS.inertia_not_diagonal`.
+    of the form (2.2) for an integrator that needs it, a non-diagonal M for an integrator that
+    needs a diagonal one, or a force the integrator or adjoint cannot take. Values that are
+    traced (under `jax.jit` or `jax.vmap`) are checked inside the computation instead: a bad
+    initial state gives `RESULTS.invalid_initial_state`, a non-diagonal M
+    `RESULTS.inertia_not_diagonal`, a Lagrangian not of the form (2.2) on the (2.2) path
+    `RESULTS.not_lagrangian_form`. A Lagrangian that is not regular (∂²L/∂q̇∂q̇ singular on
+    the tangent spaces) makes the general integrator's Newton iteration fail at the first
+    step, reported as a failure of step 0.
 
     **Returns:** a `Solution`.
     """
     if not isinstance(adjoint, AbstractAdjoint):
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
-    if not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):
+    if integrator is not None and not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):
         raise TypeError(f"`integrator` must be an s2jax integrator, got {integrator!r}")
-    if not callable(lagrangian):
-        raise TypeError("`lagrangian` must be a function L(q, qdot, params) -> scalar")
-    if force is not None and not isinstance(force, AbstractForce):
-        if not callable(force):
-            raise TypeError(f"`force` must be an s2jax force or a function f(t, q, omega, u, params); got {force!r}")
-        force = Force(force)
-    system = LagrangianSystem(lagrangian, force)
-    name = type(integrator).__name__
+    if isinstance(lagrangian, AbstractSystem):
+        if force is not None:
+            raise ValueError(
+                "`force` given with a system: a system carries its own force (e.g. "
+                "LagrangianSystem(lagrangian, force)); pass it there, not to simulate."
+            )
+        system = lagrangian
+        force = getattr(system, "force", None)
+        system_given = True
+    elif not callable(lagrangian):
+        raise TypeError("`lagrangian` must be a function L(q, qdot, params) -> scalar or an s2jax.AbstractSystem")
+    else:
+        if force is not None and not isinstance(force, AbstractForce):
+            if not callable(force):
+                raise TypeError(
+                    f"`force` must be an s2jax force or a function f(t, q, omega, u, params); got {force!r}"
+                )
+            force = Force(force)
+        system = LagrangianSystem(lagrangian, force)
+        system_given = False
+    system, integrator = _choose_before_form_check(system, integrator)
+    # Only a Lagrangian of (2.2) has a form to check; other systems are used as they are.
+    lagrangian = system.lagrangian if isinstance(system, LagrangianSystem) else None
+    # Until the form is checked, None stands for one of the two variational integrators;
+    # they declare the same capabilities, so the checks below hold for either.
+    name = type(integrator).__name__ if integrator is not None else "VariationalIntegrator"
+    capabilities = integrator if integrator is not None else VariationalIntegrator()
     policy = controls if callable(controls) else None
     if controls is not None:
         if force is None:
@@ -275,13 +327,13 @@ def simulate(
                 "ReversibleAdjoint cannot take a feedback policy: u_k = policy(q_k, ω_k) is not known "
                 "when stepping back from step k + 1. Use DirectAdjoint or CheckpointedAdjoint."
             )
-    if system.force_depends_on_velocity and not integrator.velocity_dependent_forces:
+    if system.force_depends_on_velocity and not capabilities.velocity_dependent_forces:
         raise ValueError(
             f"{name} cannot take a force that depends on ω; use VariationalIntegrator, or declare "
             "a force that ignores ω with s2jax.Force(fn, depends_on_velocity=False)."
         )
     if isinstance(adjoint, ReversibleAdjoint):
-        if isinstance(integrator, AbstractAdaptiveIntegrator) or not integrator.is_symmetric:
+        if isinstance(integrator, AbstractAdaptiveIntegrator) or not capabilities.is_symmetric:
             raise ValueError(
                 f"ReversibleAdjoint needs a symmetric integrator (a step with −h undoing a step with "
                 f"h); {name} is not. Use DirectAdjoint or CheckpointedAdjoint."
@@ -327,10 +379,30 @@ def simulate(
         check_initial_state(q0, omega0, dt)
     if concrete_params:
         check_parameters(params)
+    if concrete_params and lagrangian is not None:
         # M of (2.2) does not depend on q, so with known params the form can be checked before
         # compiling even when the state is traced: at a fixed random state of the same shape.
         probe = (q0, omega0) if concrete else random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
-        inertia = check_lagrangian_form(lagrangian, *probe, params)
+        try:
+            inertia = check_lagrangian_form(lagrangian, *probe, params)
+        except ValueError as error:
+            if system_given or _needs_form_2_2(integrator):
+                hint = (
+                    "LagrangianSystem is for the form (2.2); use GeneralLagrangianSystem(lagrangian), which "
+                    "takes any regular L." if system_given else
+                    f"{name} needs that form; leave `integrator` out (GeneralVariationalIntegrator then runs) "
+                    "or pass GeneralVariationalIntegrator()."
+                )
+                raise ValueError(f"{error}\n{hint}") from None
+            system = GeneralLagrangianSystem(lagrangian, force)
+            integrator = GeneralVariationalIntegrator() if integrator is None else integrator
+            lagrangian = None
+        else:
+            integrator = VariationalIntegrator() if integrator is None else integrator
+    if integrator is None:
+        # The form could not be checked before compiling: the (2.2) path checks it inside.
+        integrator = VariationalIntegrator()
+    if lagrangian is not None and concrete_params:
         if integrator.requires_diagonal_inertia:
             off = inertia - np.diag(np.diag(inertia))
             if np.any(off != 0):
@@ -342,7 +414,7 @@ def simulate(
 
     solution = _integrate(
         system, integrator, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every,
-        progress, throw, not concrete_params,
+        progress, throw, not concrete_params and lagrangian is not None,
     )
     if throw:
         codes = solution.result._value
@@ -351,6 +423,47 @@ def simulate(
         else:
             solution = error_if(solution, _raise_if_failed, solution.result._value, solution.failed_step, dt)
     return solution
+
+
+# The integrators built on the constant M of (2.2): they ask the system for M, the operator of
+# (2.11)/(3.13) or ∂V/∂q. The others need only the equations of motion, which every system has.
+_FORM_2_2_INTEGRATORS = (
+    VariationalIntegrator, ExplicitVariationalIntegrator, Rattle, StormerVerlet, DiscreteHamelIntegrator,
+)
+
+
+def _needs_form_2_2(integrator) -> bool:
+    if isinstance(integrator, Composition):
+        return _needs_form_2_2(integrator.integrator)
+    return isinstance(integrator, _FORM_2_2_INTEGRATORS)
+
+
+def _choose_before_form_check(system, integrator):
+    """The system and integrator where no form check is needed to choose them.
+
+    A `GeneralLagrangianSystem` runs the `GeneralVariationalIntegrator` by default and cannot
+    run an integrator of (2.2); a `GeneralVariationalIntegrator` asked for a Lagrangian of
+    (2.2) runs it as a `GeneralLagrangianSystem`. `integrator` stays None where the form check
+    of `simulate` decides.
+    """
+    if isinstance(system, GeneralLagrangianSystem):
+        if integrator is None:
+            return system, GeneralVariationalIntegrator()
+        if _needs_form_2_2(integrator):
+            raise ValueError(
+                f"{type(integrator).__name__} needs a Lagrangian of the form (2.2) (a constant inertia "
+                "matrix M); a GeneralLagrangianSystem runs GeneralVariationalIntegrator or an integrator "
+                "of the equations of motion (RungeKutta4, ...)."
+            )
+    elif isinstance(integrator, GeneralVariationalIntegrator):
+        if not isinstance(system, LagrangianSystem):
+            raise ValueError(
+                f"GeneralVariationalIntegrator integrates a Lagrangian; got a {type(system).__name__}"
+            )
+        return GeneralLagrangianSystem(system.lagrangian, system.force), integrator
+    elif integrator is None and not isinstance(system, LagrangianSystem):
+        return system, VariationalIntegrator()
+    return system, integrator
 
 
 def _check_controls(controls, num_steps):
@@ -443,7 +556,7 @@ def _integrate(
         (q, omega), result, failed_save, _ = integrator.solve(system, t, (q0, omega0), system.prepare(q0, params))
         result = RESULTS.where(result0 == RESULTS.successful, result, result0)
         failed = jnp.where(result0 == RESULTS.successful, jnp.maximum(failed_save - 1, NO_FAILURE), 0)
-        return Solution(t, q, omega, result, failed)
+        return Solution(t, q, omega, result, failed, type(integrator).__name__)
 
     if progress:
         # This body runs only when `simulate` is traced, i.e. about to be compiled (not when a
@@ -455,7 +568,7 @@ def _integrate(
     final, (qs, omegas) = adjoint.loop(loop, inputs, result0)
     q = jnp.concatenate([q0[None], qs])
     omega = jnp.concatenate([omega0[None], omegas])
-    return Solution(t, q, omega, final.result, final.failed_step)
+    return Solution(t, q, omega, final.result, final.failed_step, type(integrator).__name__)
 
 
 def _progress_hook(num_saves: int, save_every: int):
@@ -492,7 +605,13 @@ def _failure_message(code, failed_step, dt, batch_index=None) -> str:
         RESULTS.inertia_not_diagonal,
     )
     if any(code == c._value for c in before_first_step):
-        return f"s2jax.simulate{where}: before the first step: {RESULTS._index_to_message[int(code)]}"
+        message = f"s2jax.simulate{where}: before the first step: {RESULTS._index_to_message[int(code)]}"
+        if code == RESULTS.not_lagrangian_form._value:
+            message += (
+                ". To integrate a Lagrangian of any form with traced params, pass "
+                "s2jax.GeneralLagrangianSystem(lagrangian) or integrator=s2jax.GeneralVariationalIntegrator()"
+            )
+        return message
     return (
         f"s2jax.simulate{where}: step {step} → {step + 1} (t = {step * float(dt):.6g}) "
         f"failed: {RESULTS._index_to_message[int(code)]}. Pass throw=False to get the "

@@ -67,9 +67,7 @@ def summary(solution, lagrangian=None, params=None) -> str:
         f"Solution: {batch}{n} bod{'y' if n == 1 else 'ies'}, {num_saves} saved states"
         f"{' each' if batch_shape else ''}, {times}"
     ]
-    integrator = getattr(solution, "integrator", None)
-    if integrator is not None:
-        lines.append(f"  integrator: {integrator if isinstance(integrator, str) else type(integrator).__name__}")
+    lines.append(f"  integrator: {solution.integrator}")
     unit = np.asarray(unit_length_error(q)).max(axis=-1)
     tangent = np.asarray(tangency_error(q, omega)).max(axis=-1)
     if lagrangian is not None:

@@ -3,7 +3,6 @@ leaves the previous file as it was), and a `Solution` saved to and loaded from a
 (`save_solution`, `load_solution`)."""
 
 import contextlib
-import dataclasses
 import json
 import os
 import pathlib
@@ -106,9 +105,7 @@ def save_solution(path: str | os.PathLike, solution, *, params=None, metadata: d
         "format": np.array(FORMAT),
         "metadata": np.array(metadata_json),
     }
-    integrator = getattr(solution, "integrator", None)
-    if integrator is not None:
-        arrays["integrator"] = np.array(integrator if isinstance(integrator, str) else type(integrator).__name__)
+    arrays["integrator"] = np.array(solution.integrator)
     if params is not None:
         for name, leaf in flatten_params(params).items():
             if leaf.dtype == object:
@@ -148,8 +145,7 @@ def load_solution(path: str | os.PathLike, *, params_like=None):
     result = type(RESULTS.successful)(codes, RESULTS)  # equinox's EnumerationItem
     fields = {"t": arrays["t"], "q": arrays["q"], "omega": arrays["omega"], "result": result,
               "failed_step": arrays["failed_step"]}
-    if "integrator" in arrays and "integrator" in {f.name for f in dataclasses.fields(Solution)}:
-        fields["integrator"] = str(arrays["integrator"])
+    fields["integrator"] = str(arrays["integrator"]) if "integrator" in arrays else "unknown"
     solution = Solution(**fields)
     params = {key: value for key, value in arrays.items() if key == "params" or key.startswith("params.")}
     if params_like is not None:

@@ -65,7 +65,10 @@ def test_solution_round_trip_is_bitwise(tmp_path):
     assert bool(loaded.result == s2.RESULTS.successful)
     assert loaded_params["params.m"] == 1.3 and loaded_params["params.links.1.label"] == "bob"
     np.testing.assert_array_equal(loaded_params["params.links.0.length"], [1.0, 2.0])
-    assert metadata == {"seed": 3, "note": "e₃ down", "s2jax_version": s2.__version__}
+    assert metadata == {
+        "seed": 3, "note": "e₃ down", "s2jax_version": s2.__version__, "integrator": loaded.integrator
+    }
+    assert loaded.integrator == sol.integrator
     # Back into the structure of the params.
     _, structured, _ = s2.io.load_solution(path, params_like=params)
     assert structured["m"] == 1.3 and str(structured["links"][1]["label"]) == "bob"

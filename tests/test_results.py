@@ -65,7 +65,8 @@ def test_solution_repr_shows_shapes_not_arrays():
     sol = s2.simulate(pendulum, q0, omega0, PARAMS, dt=0.01, num_steps=200, save_every=2)
     text = repr(sol)
     assert text == (
-        "Solution(t=f64[101], q=f64[101,1,3], omega=f64[101,1,3], result=RESULTS.successful, failed_step=-1)"
+        "Solution(t=f64[101], q=f64[101,1,3], omega=f64[101,1,3], result=RESULTS.successful, failed_step=-1, "
+        f"integrator={sol.integrator!r})"
     )
 
 

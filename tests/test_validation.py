@@ -34,7 +34,8 @@ def _quartic(q, qdot, p):
 
 def test_inertia_depending_on_the_gram_matrix_is_rejected():
     with pytest.raises(ValueError, match="of body 0 depends on the configuration"):
-        s2.simulate(_gram_dependent, Q0, OMEGA0, {"g": 9.81}, dt=0.01, num_steps=2)
+        s2.simulate(_gram_dependent, Q0, OMEGA0, {"g": 9.81}, dt=0.01, num_steps=2,
+                    integrator=s2.VariationalIntegrator())
 
 
 @pytest.mark.parametrize("lagrangian", [_gram_dependent, _anisotropic, _quartic])
@@ -43,8 +44,8 @@ def test_form_is_checked_in_graph_under_jit_vmap_and_grad(lagrangian):
     """Where the check cannot run before compiling (traced params or state), it runs inside."""
     params = {"g": jnp.asarray(9.81)}
 
-    def run(p, omega0, throw=False):
-        return s2.simulate(lagrangian, Q0, omega0, p, dt=0.01, num_steps=5, throw=throw)
+    def run(p, omega0, throw=False, integrator=None):
+        return s2.simulate(lagrangian, Q0, omega0, p, dt=0.01, num_steps=5, throw=throw, integrator=integrator)
 
     not_form = s2.RESULTS.not_lagrangian_form
     assert jax.jit(lambda p: run(p, OMEGA0).result)(params) == not_form
@@ -54,7 +55,9 @@ def test_form_is_checked_in_graph_under_jit_vmap_and_grad(lagrangian):
     # With known params and a traced state the form is checked before compiling (M of (2.2)
     # does not depend on q), at a fixed random state of the same shape.
     with pytest.raises(ValueError, match="not of the form|depends on the configuration|not M ⊗ I₃"):
-        jax.vmap(lambda w: run({"g": 9.81}, w).result._value)(jnp.stack([jnp.asarray(OMEGA0)] * 2))
+        jax.vmap(lambda w: run({"g": 9.81}, w, integrator=s2.VariationalIntegrator()).result._value)(
+            jnp.stack([jnp.asarray(OMEGA0)] * 2)
+        )
     # jax.grad without jit runs eagerly: the error is raised as it is.
     with pytest.raises(s2.SimulationError, match="before the first step: the Lagrangian is not of the form"):
         jax.grad(lambda p: run(p, OMEGA0, throw=True).q[-1, 0, 0])(params)

@@ -2,6 +2,7 @@ from .adaptive import AdaptiveRungeKutta45 as AdaptiveRungeKutta45
 from .base import AbstractAdaptiveIntegrator as AbstractAdaptiveIntegrator, AbstractIntegrator as AbstractIntegrator
 from .composition import Composition as Composition
 from .constrained import Rattle as Rattle, StormerVerlet as StormerVerlet
+from .general_variational import GeneralVariationalIntegrator as GeneralVariationalIntegrator
 from .hamel import DiscreteHamelIntegrator as DiscreteHamelIntegrator
 from .lie_group import (
     RKMK3 as RKMK3,

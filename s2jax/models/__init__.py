@@ -8,8 +8,11 @@ from . import (
     coupled_spherical_pendula as coupled_spherical_pendula,
     double_spherical_pendulum as double_spherical_pendulum,
     elastic_rod as elastic_rod,
+    ellipsoid_pendulum as ellipsoid_pendulum,
     lennard_jones_on_sphere as lennard_jones_on_sphere,
     magnetic_dipoles as magnetic_dipoles,
+    monopole_particle as monopole_particle,
     n_body_on_sphere as n_body_on_sphere,
+    rotating_spherical_pendulum as rotating_spherical_pendulum,
     spherical_pendulum as spherical_pendulum,
 )

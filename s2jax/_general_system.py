@@ -1,0 +1,152 @@
+"""Any regular Lagrangian L(q, q̇) on (S²)ⁿ, its equations of motion derived by autodiff.
+
+`LagrangianSystem` covers the class (2.2) of 002, a constant inertia matrix M. Lee–Leok–
+McClamroch 2015 (001) write the Euler–Lagrange equations for any L(q, q̇) on (S²)ⁿ: with the
+variations δq_i = ξ_i × q_i of 001 (5), Hamilton's principle with the generalized forces f_i
+of 001 (10) gives, per body,
+
+    q_i × (d/dt ∂L/∂q̇_i − ∂L/∂q_i − f_i) = 0,                                    (001 (11))
+
+which for L = ½ Σ m_ij(q) q̇_i·q̇_j − V(q) is 001 (13), and in (q, ω) with q̇_i = ω_i × q_i is
+001 (17)/(19). Here nothing is expanded by hand: with p_i(q, ω) = ∂L/∂q̇_i(q, ω × q) ∈ ℝ³,
+
+    d/dt p_i = ∂p_i/∂q · q̇ + ∂p_i/∂ω · ω̇,
+
+a Jacobian–vector product, affine in ω̇. Its ω̇-part is −Σ_j q̂_i H_ij q̂_j ω̇_j with H_ij the 3 × 3
+block ∂²L/∂q̇_i∂q̇_j: a general block, which m_ij(q) I₃ of 001 (11) is a case of, and which may
+also depend on q̇ (L need not be quadratic in q̇, only regular). Terms of L linear in q̇ (a
+rotating frame, a magnetic field) enter through ∂p/∂q · q̇ and ∂L/∂q. The normal component of
+each equation is identically zero; it is replaced by ω̇_i·q_i = 0 (which follows from
+ω_i·q_i = 0 and q̇_i ⊥ ω_i), so the 3n × 3n system is nonsingular for a regular L and solved
+by block elimination.
+"""
+
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from ._custom_types import Array, Float, Lagrangian
+from ._force import AbstractForce
+from ._geometry import dot, project_tangent
+from ._newton import _solve_jacobian, newton_root
+from ._system import AbstractSystem, SystemArgs
+
+
+def pinned_tangent(q: Float[Array, "n 3"], x: Float[Array, "n 3"], r: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
+    """r_i with its q_i-component replaced by x_i·q_i.
+
+    An equation q_i × (…) = 0 on T_{q_i} S² has two components; the third, normal one is
+    replaced by the condition x_i ⊥ q_i on the unknown, so the Jacobian in x ∈ ℝ³ is that of
+    the 2-D tangent problem in a basis of T_{q_i} S², plus the identity along q_i.
+    """
+    return project_tangent(q, r) + dot(x, q)[:, None] * q
+
+
+class GeneralLagrangianSystem(AbstractSystem):
+    """The system of any regular Lagrangian L(q, q̇) on (S²)ⁿ, with optional generalized forces.
+
+    Regular means that the 2n × 2n tangent part of ∂²L/∂q̇∂q̇ is nonsingular; it covers a
+    configuration-dependent inertia m_ij(q) (001 (11)), general 3 × 3 inertia blocks and
+    gyroscopic terms linear in q̇. V(q) = −L(q, 0) is the "potential" that `potential_gradient`
+    returns; the velocity terms are never split off by hand.
+
+    **Arguments:**
+
+    - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
+    - `force`: an `AbstractForce` (or None): the non-conservative generalized forces f_i of
+      001 (10).
+    - `rtol`, `atol`, `max_steps`: Newton's method for the inverse Legendre map (exact after
+      one iteration when ∂L/∂q̇ is affine in q̇, as in every mechanical L).
+    """
+
+    lagrangian: Lagrangian
+    force: AbstractForce | None = None
+    rtol: float = 1e-13
+    atol: float = 1e-13
+    max_steps: int = 20
+
+    has_constant_inertia: ClassVar[bool] = False
+
+    @property
+    def force_depends_on_velocity(self) -> bool:
+        return self.force is not None and self.force.depends_on_velocity
+
+    def prepare(self, q, params):
+        return SystemArgs(params)
+
+    def ambient_momentum(self, q, omega, args):
+        """∂L/∂q̇_i at q̇ = ω × q, in ℝ³."""
+        return jax.grad(self.lagrangian, argnums=1)(q, self.velocity(q, omega), args.params)
+
+    def inertia_blocks(self, q, qdot, args) -> Float[Array, "n n 3 3"]:
+        """H_ij = ∂²L/∂q̇_i∂q̇_j at (q, q̇), as n × n blocks of 3 × 3."""
+        hessian = jax.hessian(self.lagrangian, argnums=1)(q, qdot, args.params)
+        return jnp.swapaxes(hessian, 1, 2)
+
+    def inertia(self, q, args):
+        """m_ij(q) = tr H_ij / 3 at q̇ = 0: the m_ij(q) of 001 (11) when H_ij = m_ij(q) I₃.
+
+        For general blocks this is only their isotropic part; `inertia_blocks` gives them all.
+        """
+        blocks = self.inertia_blocks(q, jnp.zeros_like(q), args)
+        return jnp.trace(blocks, axis1=-2, axis2=-1) / 3.0
+
+    def potential(self, q, args):
+        """V(q) = −L(q, 0)."""
+        return -self.lagrangian(q, jnp.zeros_like(q), args.params)
+
+    def potential_gradient(self, q, args):
+        return jax.grad(self.potential)(q, args)
+
+    def nonconservative_force(self, t, q, omega, args) -> Float[Array, "n 3"]:
+        """f(t, q, ω, u) of 001 (10), zero without a force."""
+        if self.force is None:
+            return jnp.zeros_like(q)
+        return self.force(t, q, omega, args.control, args.params)
+
+    def generalized_force(self, t, q, omega, args, conservative=None):
+        if conservative is None:
+            conservative = -self.potential_gradient(q, args)
+        if self.force is None:
+            return conservative
+        return conservative + self.force(t, q, omega, args.control, args.params)
+
+    def momentum(self, q, omega, args):
+        return project_tangent(q, self.ambient_momentum(q, omega, args))
+
+    def angular_velocity(self, q, p, args):
+        """The inverse Legendre map: ω ⊥ q with q_i × ∂L/∂q̇_i(q, ω × q) = q_i × p_i, by Newton from ω = 0."""
+        target = jnp.cross(q, p)
+
+        def residual(omega):
+            return pinned_tangent(q, omega, jnp.cross(q, self.ambient_momentum(q, omega, args)) - target)
+
+        omega, _, _ = newton_root(
+            residual, jnp.zeros_like(q), rtol=self.rtol, atol=self.atol, max_steps=self.max_steps
+        )
+        return omega
+
+    def energy(self, q, omega, args):
+        """The Jacobi integral E = Σ_i q̇_i·∂L/∂q̇_i − L, conserved without forces when L does not depend on t."""
+        qdot = self.velocity(q, omega)
+        value, momentum = jax.value_and_grad(self.lagrangian, argnums=1)(q, qdot, args.params)
+        return jnp.sum(qdot * momentum) - value
+
+    def angular_acceleration(self, t, q, omega, args):
+        """ω̇ from q_i × (d/dt ∂L/∂q̇_i − ∂L/∂q_i − F_i) = 0 (001 (11), (17)/(19)), ω̇_i ⊥ q_i.
+
+        F = f, the non-conservative force only: the potential is part of L, so ∂L/∂q carries it.
+        The residual is affine in ω̇; its Jacobian (the blocks −q̂_i H_ij q̂_j plus q_i q_iᵀ on
+        the diagonal) is formed by `jax.jacfwd` and solved by block elimination.
+        """
+        qdot = self.velocity(q, omega)
+        dldq = jax.grad(self.lagrangian, argnums=0)(q, qdot, args.params)
+        force = self.nonconservative_force(t, q, omega, args)
+
+        def residual(omega_dot):
+            _, rate = jax.jvp(lambda x, w: self.ambient_momentum(x, w, args), (q, omega), (qdot, omega_dot))
+            return pinned_tangent(q, omega_dot, jnp.cross(q, rate - dldq - force))
+
+        zero = jnp.zeros_like(q)
+        return _solve_jacobian(jax.jacfwd(residual)(zero), -residual(zero))
