@@ -23,7 +23,7 @@ from ._adjoint import AbstractAdjoint, DirectAdjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if
 from ._force import AbstractForce
-from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
+from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._simulate import Solution, _raise_if_failed, _trace_floats, simulate
 
 _AXIS = "batch"
@@ -39,7 +39,7 @@ def simulate_batch(
     num_steps: int,
     params_axis: PyTree[int | None] = None,
     devices: Sequence[jax.Device] | None = None,
-    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator = VariationalIntegrator(),
+    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None = None,
     force: AbstractForce | Callable | None = None,
     save_every: int = 1,
     adjoint: AbstractAdjoint = DirectAdjoint(),
@@ -124,7 +124,7 @@ class _Member(eqx.Module):
     lagrangian: Lagrangian
     static_params: Params
     num_steps: int
-    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator
+    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None
     force: AbstractForce | Callable | None
     save_every: int
     adjoint: AbstractAdjoint

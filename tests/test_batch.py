@@ -196,6 +196,23 @@ def test_one_device_matches_simulate():
         np.testing.assert_allclose(batch.q[b], alone.q, rtol=0, atol=1e-12)
 
 
+def test_a_batch_of_a_non_2_2_lagrangian_runs_the_general_integrator():
+    """simulate_batch leaves the choice of integrator to simulate: a Lagrangian with a term
+    linear in q̇ (a rotating frame) runs the general VI, member by member as simulate does."""
+    model = s2.models.rotating_spherical_pendulum
+    q0, omega0 = (np.asarray(x) for x in model.paper_state())
+    scales = np.array([1.0, 0.5])
+    batch = s2.simulate_batch(
+        model.lagrangian, np.stack([q0] * 2), scales[:, None, None] * omega0, model.paper_params(),
+        dt=0.01, num_steps=10, save_every=10,
+    )
+    assert batch.integrator == "GeneralVariationalIntegrator"
+    for b, scale in enumerate(scales):
+        alone = s2.simulate(model.lagrangian, q0, scale * omega0, model.paper_params(), dt=0.01, num_steps=10,
+                            save_every=10)
+        np.testing.assert_allclose(batch.q[b], alone.q, rtol=0, atol=1e-12)
+
+
 _PROCESS = r"""
 import json, sys
 import jax
