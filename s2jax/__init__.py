@@ -26,6 +26,7 @@ from ._geometry import (
     random_state as random_state,
     retract_state as retract_state,
 )
+from ._hamiltonian import HamiltonianSystem as HamiltonianSystem, legendre_transform as legendre_transform
 from ._integrators import (
     RKMK3 as RKMK3,
     RKMK4 as RKMK4,
@@ -38,6 +39,7 @@ from ._integrators import (
     DiscreteHamelIntegrator as DiscreteHamelIntegrator,
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
     GeneralVariationalIntegrator as GeneralVariationalIntegrator,
+    HamiltonianRattle as HamiltonianRattle,
     LieEuler as LieEuler,
     LieEulerHeun as LieEulerHeun,
     Rattle as Rattle,

@@ -4,6 +4,7 @@ from .composition import Composition as Composition
 from .constrained import Rattle as Rattle, StormerVerlet as StormerVerlet
 from .general_variational import GeneralVariationalIntegrator as GeneralVariationalIntegrator
 from .hamel import DiscreteHamelIntegrator as DiscreteHamelIntegrator
+from .hamiltonian import HamiltonianRattle as HamiltonianRattle
 from .lie_group import (
     RKMK3 as RKMK3,
     RKMK4 as RKMK4,
