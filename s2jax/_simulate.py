@@ -26,6 +26,7 @@ from ._force import AbstractForce, Force
 from ._form_check import check_lagrangian_form, lagrangian_form_is_valid
 from ._general_system import GeneralLagrangianSystem
 from ._geometry import random_state
+from ._hamiltonian import HamiltonianSystem
 from ._integrators import (
     AbstractAdaptiveIntegrator,
     AbstractIntegrator,
@@ -33,6 +34,7 @@ from ._integrators import (
     DiscreteHamelIntegrator,
     ExplicitVariationalIntegrator,
     GeneralVariationalIntegrator,
+    HamiltonianRattle,
     Rattle,
     StormerVerlet,
     VariationalIntegrator,
@@ -441,18 +443,20 @@ def _needs_form_2_2(integrator) -> bool:
 def _choose_before_form_check(system, integrator):
     """The system and integrator where no form check is needed to choose them.
 
-    A `GeneralLagrangianSystem` runs the `GeneralVariationalIntegrator` by default and cannot
-    run an integrator of (2.2); a `GeneralVariationalIntegrator` asked for a Lagrangian of
-    (2.2) runs it as a `GeneralLagrangianSystem`. `integrator` stays None where the form check
+    A `GeneralLagrangianSystem` runs the `GeneralVariationalIntegrator` by default, a
+    `HamiltonianSystem` the `HamiltonianRattle`; neither can run an integrator of (2.2). A
+    `GeneralVariationalIntegrator` asked for a Lagrangian of (2.2) runs it as a
+    `GeneralLagrangianSystem`. `integrator` stays None where the form check
     of `simulate` decides.
     """
-    if isinstance(system, GeneralLagrangianSystem):
+    if isinstance(system, (GeneralLagrangianSystem, HamiltonianSystem)):
+        own = GeneralVariationalIntegrator if isinstance(system, GeneralLagrangianSystem) else HamiltonianRattle
         if integrator is None:
-            return system, GeneralVariationalIntegrator()
+            return system, own()
         if _needs_form_2_2(integrator):
             raise ValueError(
                 f"{type(integrator).__name__} needs a Lagrangian of the form (2.2) (a constant inertia "
-                "matrix M); a GeneralLagrangianSystem runs GeneralVariationalIntegrator or an integrator "
+                f"matrix M); a {type(system).__name__} runs {own.__name__} or an integrator "
                 "of the equations of motion (RungeKutta4, ...)."
             )
     elif isinstance(integrator, GeneralVariationalIntegrator):

@@ -341,6 +341,19 @@ def test_rattle_rejects_other_systems():
                                  0.0, (q0, omega0), SystemArgs(params))
 
 
+def test_simulate_runs_rattle_on_a_hamiltonian_system_by_default():
+    """`simulate` picks HamiltonianRattle for a HamiltonianSystem (the same run as asking for
+    it) and refuses an integrator built on the constant M of (2.2)."""
+    params, q0, omega0 = _model(rotating_spherical_pendulum)
+    system = HamiltonianSystem(rotating_hamiltonian)
+    default = s2jax.simulate(system, q0, omega0, params, dt=0.01, num_steps=20)
+    asked = s2jax.simulate(system, q0, omega0, params, dt=0.01, num_steps=20, integrator=HamiltonianRattle())
+    assert default.integrator == "HamiltonianRattle"
+    np.testing.assert_array_equal(default.q, asked.q)
+    with pytest.raises(ValueError, match="a HamiltonianSystem runs HamiltonianRattle"):
+        s2jax.simulate(system, q0, omega0, params, dt=0.01, num_steps=20, integrator=s2jax.VariationalIntegrator())
+
+
 @pytest.mark.slow
 def test_chain_error_comparable_to_the_variational_integrator():
     """The 3-link chain of 001 §V (m_ii ≈ 100–300): RATTLE's error after 1 s at h = 0.01 against RK4 at
