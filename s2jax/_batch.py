@@ -24,7 +24,8 @@ from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
-from ._simulate import Solution, _raise_if_failed, _trace_floats, simulate
+from ._simulate import Solution, _raise_if_failed, _trace_floats, default_integrator_for, simulate
+from ._system import AbstractSystem
 
 _AXIS = "batch"
 
@@ -98,6 +99,13 @@ def simulate_batch(
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
     if not isinstance(dt, jax.core.Tracer) and not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be positive and finite; got {float(dt)}")
+    if integrator is None and not isinstance(lagrangian, AbstractSystem):
+        # Chosen here, where the params are still concrete: inside the batch they are traced,
+        # and simulate could no longer tell a Lagrangian of (2.2) from any other.
+        first = jtu.tree_map(lambda axis, x: x[0] if axis == 0 else x, axes, dynamic, is_leaf=lambda x: x is None)
+        member_params = eqx.combine(first, static)
+        if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(member_params)):
+            integrator = default_integrator_for(lagrangian, q0[0], omega0[0], member_params)
     member = _Member(lagrangian, static, num_steps, integrator, force, save_every, adjoint)
     solution = _sharded_vmap(member, mesh, axes, q0, omega0, dynamic, dt)
     if throw:

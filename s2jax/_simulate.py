@@ -470,6 +470,17 @@ def _choose_before_form_check(system, integrator):
     return system, integrator
 
 
+def default_integrator_for(lagrangian, q, omega, params) -> AbstractIntegrator:
+    """The integrator `simulate(lagrangian, q, omega, params)` runs when none is given, for
+    concrete params: the general VI unless the Lagrangian has the form (2.2) at (q, ω), else
+    the variational integrator of 002."""
+    try:
+        check_lagrangian_form(lagrangian, q, omega, params)
+    except ValueError:
+        return GeneralVariationalIntegrator()
+    return VariationalIntegrator()
+
+
 def _check_controls(controls, num_steps):
     """The open-loop controls as a float64 array of num_steps rows, or a ValueError."""
     if isinstance(controls, jax.core.Tracer):
