@@ -27,6 +27,7 @@ from ._form_check import check_lagrangian_form, lagrangian_form_is_valid
 from ._geometry import random_state
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator, VariationalIntegrator
 from ._integrators.base import IntegratorState, State
+from ._integrators.default import default_integrator
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
 from ._validation import check_initial_state, check_parameters, initial_state_is_valid, parameters_are_finite
@@ -167,7 +168,7 @@ def simulate(
     *,
     dt: float | Float[ArrayLike, ""],
     num_steps: int,
-    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator = VariationalIntegrator(),
+    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None = None,
     force: AbstractForce | Callable | None = None,
     controls: Float[ArrayLike, "num_steps ..."] | Callable | None = None,
     save_every: int = 1,
@@ -178,7 +179,8 @@ def simulate(
     """Simulate the system of `lagrangian` from (q0, ω0) for `num_steps` steps of size `dt`.
 
     The state is (q, ω) ∈ T(S²)ⁿ with q̇_i = ω_i × q_i and ω_i ⊥ q_i (002 (2.1)). The default
-    integrator is the variational integrator (3.10)–(3.13) of Lee–Leok–McClamroch 2009.
+    integrator is a variational integrator of Lee–Leok–McClamroch 2009: the explicit
+    (3.17)–(3.18) when M is diagonal, (3.10)–(3.13) otherwise (`default_integrator`).
 
     **Arguments:**
 
@@ -190,8 +192,9 @@ def simulate(
       recompile); other leaves (ints, strings, tuples of ints) are static.
     - `dt`: the step h > 0 (for `AdaptiveRungeKutta45`, the spacing of the output grid).
     - `num_steps`: the number of steps; the horizon is num_steps · dt.
-    - `integrator`: a `VariationalIntegrator` (default), `ExplicitVariationalIntegrator`,
-      another `AbstractIntegrator`, or `AdaptiveRungeKutta45`.
+    - `integrator`: a `VariationalIntegrator`, `ExplicitVariationalIntegrator`, another
+      `AbstractIntegrator`, or `AdaptiveRungeKutta45`; None (default) chooses by M as above
+      (with traced params, where M is not known before compiling, `VariationalIntegrator`).
     - `force`: non-conservative generalized forces f(t, q, ω, u, params) -> (n, 3) of 001
       (10), an `s2jax.AbstractForce` or a plain function (taken to depend on ω; wrap it in
       `s2jax.Force(fn, depends_on_velocity=False)` if it does not). u is the control of the
@@ -222,6 +225,9 @@ def simulate(
     """
     if not isinstance(adjoint, AbstractAdjoint):
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
+    # Both default choices accept the same forces and adjoints; M decides between them below.
+    chosen_by_default = integrator is None
+    integrator = VariationalIntegrator() if chosen_by_default else integrator
     if not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):
         raise TypeError(f"`integrator` must be an s2jax integrator, got {integrator!r}")
     if not callable(lagrangian):
@@ -302,6 +308,7 @@ def simulate(
         # compiling even when the state is traced: at a fixed random state of the same shape.
         probe = (q0, omega0) if concrete else random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
         inertia = check_lagrangian_form(lagrangian, *probe, params)
+        integrator = default_integrator(inertia) if chosen_by_default else integrator
         if integrator.requires_diagonal_inertia:
             off = inertia - np.diag(np.diag(inertia))
             if np.any(off != 0):

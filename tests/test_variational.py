@@ -8,6 +8,7 @@ from double_pendulum_reference import solve as reference_solve, vector_field as 
 
 import s2jax as s2
 from s2jax._discrete import discrete_legendre_step
+from s2jax._integrators.default import default_integrator
 from s2jax._integrators.variational import cayley_jacobian
 
 dsp = s2.models.double_spherical_pendulum
@@ -133,7 +134,9 @@ def test_explicit_and_implicit_agree_for_diagonal_inertia():
     params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81, "k": 3.0}
     q0, omega0 = s2.random_state(jax.random.PRNGKey(3), 3)
     kwargs = dict(dt=0.01, num_steps=50)
-    implicit = s2.simulate(_three_uncoupled_pendula, q0, omega0, params, **kwargs)
+    implicit = s2.simulate(
+        _three_uncoupled_pendula, q0, omega0, params, integrator=s2.VariationalIntegrator(), **kwargs
+    )
     explicit = s2.simulate(
         _three_uncoupled_pendula, q0, omega0, params, integrator=s2.ExplicitVariationalIntegrator(), **kwargs
     )
@@ -273,3 +276,23 @@ def test_fast_step_matches_slow_independent_step_over_1000_steps():
     # round-off differences, which stay below 1e-11 here.
     np.testing.assert_allclose(sol.q[-1], q, rtol=0, atol=1e-11)
     np.testing.assert_allclose(sol.omega[-1], omega, rtol=0, atol=1e-11)
+
+
+def test_default_integrator_is_explicit_for_diagonal_inertia_only():
+    """simulate without an integrator runs (3.17)–(3.18) for a diagonal M, (3.10)–(3.13) otherwise."""
+    assert isinstance(default_integrator(np.diag([1.0, 2.0])), s2.ExplicitVariationalIntegrator)
+    assert isinstance(default_integrator(np.array([[2.0, 0.5], [0.5, 1.0]])), s2.VariationalIntegrator)
+    assert isinstance(default_integrator(None), s2.VariationalIntegrator)
+    params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81, "k": 3.0}
+    q0, omega0 = s2.random_state(jax.random.PRNGKey(3), 3)
+    kwargs = dict(dt=0.01, num_steps=20)
+    default = s2.simulate(_three_uncoupled_pendula, q0, omega0, params, **kwargs)
+    explicit = s2.simulate(
+        _three_uncoupled_pendula, q0, omega0, params, integrator=s2.ExplicitVariationalIntegrator(), **kwargs
+    )
+    np.testing.assert_array_equal(default.q, explicit.q)
+    np.testing.assert_array_equal(default.omega, explicit.omega)
+    q0, omega0 = dsp.paper_state()
+    default = s2.simulate(dsp.lagrangian, q0, omega0, _params(), **kwargs)
+    implicit = s2.simulate(dsp.lagrangian, q0, omega0, _params(), integrator=s2.VariationalIntegrator(), **kwargs)
+    np.testing.assert_array_equal(default.q, implicit.q)
