@@ -27,6 +27,7 @@ def newton_root(
     max_steps: int,
     jacobian: Callable[[Float[Array, "n 3"]], Float[Array, "n n 3 3"]] | None = None,
     unrolled: int = 0,
+    approximate_inverse: Callable[[Float[Array, "n 3"]], Float[Array, "n 3"]] | None = None,
 ) -> tuple[Float[Array, "n 3"], Int[Array, ""], jax.Array]:
     """Find x with residual(x) = 0 for x of shape (n, 3).
 
@@ -35,6 +36,10 @@ def newton_root(
     `unrolled` iterations run unconditionally, outside the `while_loop` (on CPU a loop trip
     costs about as much as a small iteration); the loop then runs only while the test below
     fails, so the root is the same, with at most `unrolled` − 1 extra, harmless iterations.
+    With `approximate_inverse` (a fixed approximation of the inverse Jacobian, e.g. an O(n)
+    structured solve) the updates are δ = −approximate_inverse(r(x)) instead (a chord, or
+    simplified Newton, iteration): it converges linearly, so it stops only once |δ_j| ≤ tol,
+    where the error left is |δ_j| times the contraction rate.
 
     With δ_j the j-th update and tol = atol + rtol·max|x|, it stops once the error left after
     the update is estimated below tol: either |δ_j| ≤ tol (the error left is then O(δ_j²)), or
@@ -59,7 +64,8 @@ def newton_root(
     def solve(fn, x0):
         def converged(x, step, size, previous):
             tol = atol + rtol * jnp.max(jnp.abs(x))
-            contracting = (step >= 2) & (size < previous)
+            # A chord iteration's linear rate is not known well enough to stop on an estimate.
+            contracting = (step >= 2) & (size < previous) & (approximate_inverse is None)
             return (size <= tol) | (contracting & (size * size <= tol * previous))
 
         def cond(carry):
@@ -69,7 +75,9 @@ def newton_root(
 
         def body(carry):
             x, step, size, _ = carry
-            if jacobian is None:
+            if approximate_inverse is not None:
+                delta = approximate_inverse(-fn(x))
+            elif jacobian is None:
                 delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
             else:
                 delta = block_solve(jacobian(x), -fn(x))

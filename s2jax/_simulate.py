@@ -309,6 +309,7 @@ def simulate(
         probe = (q0, omega0) if concrete else random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
         inertia = check_lagrangian_form(lagrangian, *probe, params)
         integrator = default_integrator(inertia) if chosen_by_default else integrator
+        system = system.with_structure(inertia)
         if integrator.requires_diagonal_inertia:
             off = inertia - np.diag(np.diag(inertia))
             if np.any(off != 0):
