@@ -117,9 +117,11 @@ class VariationalIntegrator(AbstractIntegrator):
     1. d_i = h M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × h ω_j) + h²/2 q_i × F_i  (right side of (3.10));
     2. solve the Cayley equation (3.16) for f = (f_1, …, f_n),
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
-       by Newton's method with a `jax.jacfwd` Jacobian (`newton_root`). The q_i component of
-       the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one along q_i, so the
-       solution has f_i ⊥ q_i without a constraint. Newton starts from h times the previous
+       by Newton's method with the Jacobian in closed form (`cayley_jacobian`, `newton_root`;
+       for a chain of ≥ 3 links, chord iterations with the O(n) solve of 2A(q_k) instead, see
+       `_chord_solve`); derivatives by the implicit function theorem with the true Jacobian.
+       The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
+       along q_i, so the solution has f_i ⊥ q_i without a constraint. Newton starts from h times the previous
        step's f/h (f ≈ h ω/2 changes by O(h²) per step; the first step starts from h ω/2),
        which saves one iteration per step (measured: 4.4 against 5.1 µs per step on
        Example 1); storing f/h rather than f keeps the guess right for a step with −h;
@@ -137,6 +139,9 @@ class VariationalIntegrator(AbstractIntegrator):
     - `rtol`, `atol`: Newton stops once the error left in f is estimated below
       atol + rtol·max|f| (see `newton_root`); the defaults leave round-off.
     - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    - `unrolled`: Newton iterations run before the `while_loop` tests convergence (two suffice
+      from the previous step's f on 002 Example 1); more only cost time, never change the root
+      beyond round-off.
     """
 
     rtol: float = 1e-12
