@@ -7,7 +7,8 @@
    inverse as cross products) in a `lax.scan` — the fastest fair form of the baseline — against
    s2jax's `RungeKutta4` and `VariationalIntegrator`, both through `simulate`.
 2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
-   `RungeKutta4`, both through `simulate`.
+   `RungeKutta4`, both through `simulate`, per step as (t(2N) − t(N)) / N so that simulate's
+   eager checks (which cost milliseconds at n = 256) do not count.
 3. 642 Lennard-Jones molecules (002 Example 6, h = 0.005) with simulate's default integrator, 1000 steps,
    and the cost of simulate's eager checks for that n.
 
@@ -118,21 +119,29 @@ def double_pendulum(num_steps):
     }
 
 
+def _marginal_per_step(make_run, steps):
+    """µs per step as (t(2N steps) − t(N steps)) / N: simulate's per-call checks cancel."""
+    short, _ = median_time(make_run(steps))
+    long, _ = median_time(make_run(2 * steps))
+    return 1e6 * (long - short) / steps
+
+
 def chains(sizes, num_steps):
     results = {}
     for n in sizes:
         params = chain_pendulum.paper_params(n)
         q0, w0 = chain_pendulum.paper_state(n)
-        # Enough steps that simulate's per-call checks do not count: ≥ 50 ms of stepping.
         steps = num_steps if n <= 16 else max(num_steps // 10, 200)
         start = time.perf_counter()
-        vi_run = through_simulate(chain_pendulum, params, q0, w0, s2.VariationalIntegrator(), 0.01, steps)
-        rk4_run = through_simulate(chain_pendulum, params, q0, w0, s2.RungeKutta4(), 0.01, steps)
-        vi, _ = _per_step(vi_run, steps)
-        rk4, _ = _per_step(rk4_run, steps)
+        vi = _marginal_per_step(
+            lambda k: through_simulate(chain_pendulum, params, q0, w0, s2.VariationalIntegrator(), 0.01, k), steps
+        )
+        rk4 = _marginal_per_step(
+            lambda k: through_simulate(chain_pendulum, params, q0, w0, s2.RungeKutta4(), 0.01, k), steps
+        )
         seconds = time.perf_counter() - start
         print(f"chain n = {n:3d}: VI {vi:9.2f} µs/step | RK4 {rk4:9.2f} | VI/RK4 {vi / rk4:.2f} ({seconds:.0f} s)")
-        results[str(n)] = {"num_steps": steps, "vi_us": vi, "rk4_us": rk4, "vi_over_rk4": vi / rk4}
+        results[str(n)] = {"num_steps": [steps, 2 * steps], "vi_us": vi, "rk4_us": rk4, "vi_over_rk4": vi / rk4}
     return results
 
 
