@@ -5,6 +5,10 @@ n × n arrays of 3 × 3 blocks. For the small n of most models, eliminating bloc
 with 3 × 3 inverses written as cross products (elementwise operations that XLA fuses) is
 several times faster on CPU than one LAPACK call per solve. For larger n the dense solve
 wins, and is used.
+
+The 3 × 3 products are written as broadcast multiplications and sums, not `@`: XLA on CPU
+emits a separate dot kernel per `@` of such tiny matrices, but fuses elementwise work, which
+made the double pendulum's step ~1.5× faster.
 """
 
 import jax.numpy as jnp
@@ -22,6 +26,16 @@ def inverse_3x3(a: Float[Array, "... 3 3"]) -> Float[Array, "... 3 3"]:
     c0, c1, c2 = jnp.cross(r1, r2), jnp.cross(r2, r0), jnp.cross(r0, r1)
     det = jnp.sum(r0 * c0, axis=-1)
     return jnp.stack([c0, c1, c2], axis=-1) / det[..., None, None]
+
+
+def matmul_3x3(a: Float[Array, "... 3 3"], b: Float[Array, "... 3 3"]) -> Float[Array, "... 3 3"]:
+    """a @ b for 3 × 3 matrices, as elementwise operations that XLA fuses."""
+    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+
+
+def matvec_3x3(a: Float[Array, "... 3 3"], x: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+    """a @ x for a 3 × 3 matrix, as elementwise operations that XLA fuses."""
+    return jnp.sum(a * x[..., None, :], axis=-1)
 
 
 def block_solve(blocks: Float[Array, "n n 3 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
@@ -42,14 +56,14 @@ def block_solve(blocks: Float[Array, "n n 3 3"], rhs: Float[Array, "n 3"]) -> Fl
         pivot = inverse_3x3(a[k][k])
         pivots.append(pivot)
         for i in range(k + 1, n):
-            factor = a[i][k] @ pivot
+            factor = matmul_3x3(a[i][k], pivot)
             for j in range(k + 1, n):
-                a[i][j] = a[i][j] - factor @ a[k][j]
-            b[i] = b[i] - factor @ b[k]
+                a[i][j] = a[i][j] - matmul_3x3(factor, a[k][j])
+            b[i] = b[i] - matvec_3x3(factor, b[k])
     x = [None] * n
     for k in reversed(range(n)):
         acc = b[k]
         for j in range(k + 1, n):
-            acc = acc - a[k][j] @ x[j]
-        x[k] = pivots[k] @ acc
+            acc = acc - matvec_3x3(a[k][j], x[j])
+        x[k] = matvec_3x3(pivots[k], acc)
     return jnp.stack(x)

@@ -1,4 +1,8 @@
-"""Newton's method with a `jax.jacfwd` Jacobian, differentiated by the implicit function theorem."""
+"""Newton's method, differentiated by the implicit function theorem.
+
+The Jacobian is `jax.jacfwd`'s unless the caller gives it in closed form (the Cayley equation
+(3.16) of 002 does: its 3 × 3 blocks cost less than a forward-mode pass per unknown).
+"""
 
 from collections.abc import Callable
 
@@ -21,14 +25,26 @@ def newton_root(
     rtol: float,
     atol: float,
     max_steps: int,
+    jacobian: Callable[[Float[Array, "n 3"]], Float[Array, "n n 3 3"]] | None = None,
+    unrolled: int = 0,
+    approximate_inverse: Callable[[Float[Array, "n 3"]], Float[Array, "n 3"]] | None = None,
 ) -> tuple[Float[Array, "n 3"], Int[Array, ""], jax.Array]:
     """Find x with residual(x) = 0 for x of shape (n, 3).
 
-    Each iteration forms the Jacobian with `jax.jacfwd` and solves with the 3 × 3 block
-    elimination of `block_solve`. With δ_j the j-th update and tol = atol + rtol·max|x|, it
-    stops once the error left after the update is estimated below tol: either |δ_j| ≤ tol
-    (the error left is then O(δ_j²)), or the iteration contracts, |δ_j| < |δ_{j−1}|, and the
-    linear-rate estimate of the error left, |δ_j|²/|δ_{j−1}|, is ≤ tol (as optimistix does).
+    Each iteration forms the Jacobian (`jacobian(x)`, blocks [i, j] = ∂r_i/∂x_j, or
+    `jax.jacfwd`) and solves with the 3 × 3 block elimination of `block_solve`. The first
+    `unrolled` iterations run unconditionally, outside the `while_loop` (on CPU a loop trip
+    costs about as much as a small iteration); the loop then runs only while the test below
+    fails, so the root is the same, with at most `unrolled` − 1 extra, harmless iterations.
+    With `approximate_inverse` (a fixed approximation of the inverse Jacobian, e.g. an O(n)
+    structured solve) the updates are δ = −approximate_inverse(r(x)) instead (a chord, or
+    simplified Newton, iteration): it converges linearly, so it stops only once |δ_j| ≤ tol,
+    where the error left is |δ_j| times the contraction rate.
+
+    With δ_j the j-th update and tol = atol + rtol·max|x|, it stops once the error left after
+    the update is estimated below tol: either |δ_j| ≤ tol (the error left is then O(δ_j²)), or
+    the iteration contracts, |δ_j| < |δ_{j−1}|, and the linear-rate estimate of the error left,
+    |δ_j|²/|δ_{j−1}|, is ≤ tol (as optimistix does).
     The second test saves the last, confirming iteration: Newton converges quadratically, so
     its true remaining error, ~|δ_j|³/|δ_{j−1}|², is far smaller than the estimate. At
     rtol = atol = 1e-12 in float64 the root is exact to round-off.
@@ -48,7 +64,8 @@ def newton_root(
     def solve(fn, x0):
         def converged(x, step, size, previous):
             tol = atol + rtol * jnp.max(jnp.abs(x))
-            contracting = (step >= 2) & (size < previous)
+            # A chord iteration's linear rate is not known well enough to stop on an estimate.
+            contracting = (step >= 2) & (size < previous) & (approximate_inverse is None)
             return (size <= tol) | (contracting & (size * size <= tol * previous))
 
         def cond(carry):
@@ -58,11 +75,19 @@ def newton_root(
 
         def body(carry):
             x, step, size, _ = carry
-            delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
+            if approximate_inverse is not None:
+                delta = approximate_inverse(-fn(x))
+            elif jacobian is None:
+                delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
+            else:
+                delta = block_solve(jacobian(x), -fn(x))
             return x + delta, step + 1, jnp.max(jnp.abs(delta)), size
 
         big = jnp.array(jnp.finfo(x0.dtype).max, dtype=x0.dtype)
-        x, steps, size, previous = lax.while_loop(cond, body, (x0, jnp.array(0), big, big))
+        carry = (x0, jnp.array(0), big, big)
+        for _ in range(min(unrolled, max_steps)):
+            carry = body(carry)
+        x, steps, size, previous = lax.while_loop(cond, body, carry)
         ok = converged(x, steps, size, previous)
         # Returned as floats: `custom_root` gives its auxiliary outputs tangents of their own
         # dtype, which JAX rejects for ints and bools.

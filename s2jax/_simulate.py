@@ -40,6 +40,7 @@ from ._integrators import (
     VariationalIntegrator,
 )
 from ._integrators.base import IntegratorState, State
+from ._integrators.default import default_integrator
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
 from ._validation import check_initial_state, check_parameters, initial_state_is_valid, parameters_are_finite
@@ -224,13 +225,14 @@ def simulate(
     The state is (q, ω) ∈ T(S²)ⁿ with q̇_i = ω_i × q_i and ω_i ⊥ q_i (002 (2.1)).
 
     **Which integrator runs** (`Solution.integrator` names it): with `integrator=None`, a
-    Lagrangian of the form (2.2) (checked by `check_lagrangian_form` before compiling) runs the
-    variational integrator (3.10)–(3.13) of Lee–Leok–McClamroch 2009, `VariationalIntegrator`;
-    any other L (configuration-dependent inertia, terms linear in q̇, …) runs the
-    `GeneralVariationalIntegrator` of the trapezoidal discrete Lagrangian on a
-    `GeneralLagrangianSystem`. Where the form cannot be checked before compiling (params
-    traced under `jax.jit`/`jax.vmap`), the (2.2) path runs and checks the form inside,
-    returning `RESULTS.not_lagrangian_form` if it fails. An integrator built on (2.2)
+    Lagrangian of the form (2.2) (checked by `check_lagrangian_form` before compiling) runs a
+    variational integrator of Lee–Leok–McClamroch 2009 (`default_integrator`): the explicit
+    (3.17)–(3.18), `ExplicitVariationalIntegrator`, when M is diagonal, (3.10)–(3.13),
+    `VariationalIntegrator`, otherwise; any other L (configuration-dependent inertia, terms
+    linear in q̇, …) runs the `GeneralVariationalIntegrator` of the trapezoidal discrete
+    Lagrangian on a `GeneralLagrangianSystem`. Where the form cannot be checked before compiling
+    (params traced under `jax.jit`/`jax.vmap`), `VariationalIntegrator` runs and checks the
+    form inside, returning `RESULTS.not_lagrangian_form` if it fails. An integrator built on (2.2)
     (`VariationalIntegrator`, `ExplicitVariationalIntegrator`, `Rattle`, `StormerVerlet`,
     `DiscreteHamelIntegrator`, their `Composition`s) asked for a non-(2.2) L is an error;
     one that needs only the equations of motion (Runge–Kutta, Lie group methods,
@@ -400,7 +402,8 @@ def simulate(
             integrator = GeneralVariationalIntegrator() if integrator is None else integrator
             lagrangian = None
         else:
-            integrator = VariationalIntegrator() if integrator is None else integrator
+            integrator = default_integrator(inertia) if integrator is None else integrator
+            system = system.with_structure(inertia)
     if integrator is None:
         # The form could not be checked before compiling: the (2.2) path checks it inside.
         integrator = VariationalIntegrator()
@@ -473,12 +476,12 @@ def _choose_before_form_check(system, integrator):
 def default_integrator_for(lagrangian, q, omega, params) -> AbstractIntegrator:
     """The integrator `simulate(lagrangian, q, omega, params)` runs when none is given, for
     concrete params: the general VI unless the Lagrangian has the form (2.2) at (q, ω), else
-    the variational integrator of 002."""
+    the variational integrator of 002 that suits M (`default_integrator`)."""
     try:
-        check_lagrangian_form(lagrangian, q, omega, params)
+        inertia = check_lagrangian_form(lagrangian, q, omega, params)
     except ValueError:
         return GeneralVariationalIntegrator()
-    return VariationalIntegrator()
+    return default_integrator(inertia)
 
 
 def _check_controls(controls, num_steps):

@@ -17,6 +17,7 @@ step, and what the system computes once per simulation (`AbstractSystem.prepare`
 """
 
 import abc
+import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -27,6 +28,7 @@ from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._geometry import dot, project_tangent
+from ._structured_solve import MIN_CHAIN_BODIES, chain_factors, chain_parameters, chain_solve
 
 
 class SystemArgs(eqx.Module):
@@ -39,11 +41,14 @@ class SystemArgs(eqx.Module):
     - `inertia`: the constant inertia matrix M (n, n), computed once per simulation by
       `AbstractSystem.prepare`; None where the inertia depends on q or has not been prepared
       (then `inertia` derives it).
+    - `chain`: (l, c) with M_ij = c_{max(i,j)} l_i l_j when the system was built knowing that M
+      is a chain's (`LagrangianSystem.inertia_structure`); the solves of A are then O(n).
     """
 
     params: Params
     control: object = None
     inertia: Float[Array, "n n"] | None = None
+    chain: tuple[Float[Array, " n"], Float[Array, " n"]] | None = None
 
 
 class AbstractSystem(eqx.Module):
@@ -119,10 +124,14 @@ class LagrangianSystem(AbstractSystem):
     - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
     - `force`: an `AbstractForce` (or None): the non-conservative generalized forces of
       001 (10), added to −∂V/∂q wherever it enters.
+    - `inertia_structure`: "dense" (default: any M), or "chain" where M is known to be
+      a chain's, M_ij = c_{max(i,j)} l_i l_j (`s2jax._structured_solve`); `with_structure`
+      sets it from a concrete M.
     """
 
     lagrangian: Lagrangian
     force: AbstractForce | None = None
+    inertia_structure: str = eqx.field(default="dense", static=True)
 
     has_constant_inertia: ClassVar[bool] = True
 
@@ -131,7 +140,25 @@ class LagrangianSystem(AbstractSystem):
         return self.force is not None and self.force.depends_on_velocity
 
     def prepare(self, q, params):
-        return SystemArgs(params, inertia=self.inertia(q, SystemArgs(params)))
+        inertia = self.inertia(q, SystemArgs(params))
+        chain = chain_parameters(inertia) if self.inertia_structure == "chain" else None
+        return SystemArgs(params, inertia=inertia, chain=chain)
+
+    def with_structure(self, inertia) -> "LagrangianSystem":
+        """This system with `inertia_structure` recognised from a concrete M (numpy array)."""
+        structure = "chain" if chain_factors(inertia) is not None else "dense"
+        return dataclasses.replace(self, inertia_structure=structure)
+
+    def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
+        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13).
+
+        The O(n) recursion of `chain_solve` when M is a chain's (from `MIN_CHAIN_BODIES` links;
+        it assumes |q_i| = 1, which Runge–Kutta methods keep to their order only); otherwise
+        `block_solve` (unrolled 3 × 3 elimination for few bodies, dense LU beyond).
+        """
+        if args.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
+            return chain_solve(q, rhs, *args.chain)
+        return block_solve(self.angular_velocity_operator(q, args), rhs)
 
     def potential(self, q: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, ""]:
         """V(q) = −L(q, 0)."""
@@ -176,7 +203,7 @@ class LagrangianSystem(AbstractSystem):
 
         Row i of A ω is q_i × Σ_j M_ij (ω_j × q_j) for ω_i ⊥ q_i, so this is q × (Legendre map).
         """
-        return block_solve(self.angular_velocity_operator(q, args), jnp.cross(q, p))
+        return self.solve_operator(q, jnp.cross(q, p), args)
 
     def energy(self, q, omega, args):
         qdot = self.velocity(q, omega)
@@ -209,4 +236,4 @@ class LagrangianSystem(AbstractSystem):
         speed2 = dot(omega, omega)[:, None]
         force = self.generalized_force(t, q, omega, args)
         rhs = jnp.cross(q, inertia @ (speed2 * q) + force)
-        return block_solve(self.angular_velocity_operator(q, args), rhs)
+        return self.solve_operator(q, rhs, args)

@@ -111,9 +111,13 @@ def test_adjoints_agree_under_vmap():
     reversible = jax.jit(jax.vmap(functools.partial(gradient, s2.ReversibleAdjoint())))(lengths)
     for key in ("m2", "l1", "g"):
         np.testing.assert_allclose(reversible[key], direct[key], rtol=1e-8)
-    # And each batch member is the unbatched gradient.
+    # And each batch member is the unbatched gradient. Not bitwise: XLA compiles the batched
+    # and unbatched elementwise code of the closed-form Newton step differently (last-bit
+    # differences), which can change when Newton's 1e-12 stopping test passes and so the
+    # root by up to that tolerance; 1000 steps of the chaotic pendulum amplify this to
+    # ~3e-12 relative (measured), hence 1e-10 (it was 1e-12 while the step was bitwise stable).
     alone = jax.jit(functools.partial(gradient, s2.DirectAdjoint()))(lengths[2])
-    np.testing.assert_allclose(direct["l1"][2], alone["l1"], rtol=1e-12)
+    np.testing.assert_allclose(direct["l1"][2], alone["l1"], rtol=1e-10)
 
 
 @pytest.mark.slow

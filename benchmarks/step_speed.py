@@ -1,0 +1,200 @@
+"""µs per step of the variational integrator against RK4, in one process (issue 12).
+
+    python benchmarks/step_speed.py [--quick] [--chains 1,2,4,...]
+
+1. Double spherical pendulum (002 Example 1, h = 0.01): a hand-written RK4 whose 2-body
+   solve of (2.11) is written in closed form (a Schur complement on body 2 with the 3 × 3
+   inverse as cross products) in a `lax.scan` — the fastest fair form of the baseline — against
+   s2jax's `RungeKutta4` and `VariationalIntegrator`, both through `simulate`.
+2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
+   `RungeKutta4`, both through `simulate`, per step as (t(2N) − t(N)) / N so that simulate's
+   eager checks (which cost milliseconds at n = 256) do not count.
+3. 642 Lennard-Jones molecules (002 Example 6, h = 0.005) with simulate's default integrator, 1000 steps,
+   and the cost of simulate's eager checks for that n.
+
+Every time is the median of 7 runs after a warm-up; the load average is recorded, because the
+machine is shared: ratios within this process matter more than absolute µs.
+Results go to benchmarks/results/step_speed.json (`--quick`: few steps, a temporary folder).
+"""
+
+import argparse
+import os
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import median_time, write  # noqa: E402
+
+import s2jax as s2  # noqa: E402
+from s2jax._block_elimination import inverse_3x3  # noqa: E402
+from s2jax._form_check import check_lagrangian_form  # noqa: E402
+from s2jax.models import chain_pendulum, double_spherical_pendulum, lennard_jones_on_sphere  # noqa: E402
+
+
+def _per_step(fn, num_steps):
+    seconds, times = median_time(fn)
+    return 1e6 * seconds / num_steps, [1e6 * t / num_steps for t in times]
+
+
+def hand_written_rk4(num_steps, dt=0.01):
+    """RK4 on (2.9)–(2.11) for Example 1 with the 2-body solve in closed form, in `lax.scan`."""
+    params = double_spherical_pendulum.paper_params()
+    m1, m2, l1, l2, g = (params[k] for k in ("m1", "m2", "l1", "l2", "g"))
+    m11, m12, m22 = (m1 + m2) * l1**2, m2 * l1 * l2, m2 * l2**2
+    e3 = jnp.array([0.0, 0.0, 1.0])
+    gravity = jnp.stack([(m1 + m2) * g * l1 * e3, m2 * g * l2 * e3])  # −∂V/∂q
+
+    def cross_matrix(a):
+        # â b̂ as a matrix: â b̂ = b aᵀ − (a·b) I.
+        return b_outer_a(a) - jnp.dot(a[0], a[1]) * jnp.eye(3)
+
+    def b_outer_a(a):
+        return a[1][:, None] * a[0][None, :]
+
+    def field(q, w):
+        q1, q2 = q[0], q[1]
+        speed2 = jnp.sum(w * w, axis=-1)
+        rhs1 = jnp.cross(q1, m12 * speed2[1] * q2 + gravity[0])
+        rhs2 = jnp.cross(q2, m12 * speed2[0] * q1 + gravity[1])
+        # A = [[m11 I, −m12 q̂1 q̂2], [−m12 q̂2 q̂1, m22 I]]: eliminate ω1, solve for ω2.
+        c12 = cross_matrix((q1, q2))
+        c21 = cross_matrix((q2, q1))
+        schur = m22 * jnp.eye(3) - (m12 * m12 / m11) * (c21 @ c12)
+        w2 = inverse_3x3(schur) @ (rhs2 + (m12 / m11) * (c21 @ rhs1))
+        w1 = (rhs1 + m12 * (c12 @ w2)) / m11
+        return jnp.cross(w, q), jnp.stack([w1, w2])
+
+    def step(y, _):
+        q, w = y
+        k1 = field(q, w)
+        k2 = field(q + 0.5 * dt * k1[0], w + 0.5 * dt * k1[1])
+        k3 = field(q + 0.5 * dt * k2[0], w + 0.5 * dt * k2[1])
+        k4 = field(q + dt * k3[0], w + dt * k3[1])
+        q = q + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        w = w + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        return (q, w), None
+
+    q0, w0 = (jnp.asarray(x) for x in double_spherical_pendulum.paper_state())
+    run = jax.jit(lambda q, w: jax.lax.scan(step, (q, w), length=num_steps)[0])
+    return run, (q0, w0)
+
+
+def through_simulate(model, params, q0, w0, integrator, dt, num_steps):
+    def run():
+        return s2.simulate(
+            model.lagrangian, q0, w0, params, dt=dt, num_steps=num_steps, save_every=num_steps,
+            integrator=integrator,
+        ).q
+
+    return run
+
+
+def double_pendulum(num_steps):
+    model = double_spherical_pendulum
+    params = model.paper_params()
+    q0, w0 = model.paper_state()
+    run, y0 = hand_written_rk4(num_steps)
+    hand, hand_runs = _per_step(lambda: run(*y0), num_steps)
+    # The hand-written RK4 and RungeKutta4 integrate the same equations: check it.
+    q_hand = np.asarray(run(*y0)[0])
+    q_rk4 = np.asarray(through_simulate(model, params, q0, w0, s2.RungeKutta4(), 0.01, num_steps)()[-1])
+    assert np.max(np.abs(q_hand - q_rk4)) < 1e-9, np.max(np.abs(q_hand - q_rk4))
+    rk4, rk4_runs = _per_step(through_simulate(model, params, q0, w0, s2.RungeKutta4(), 0.01, num_steps), num_steps)
+    vi, vi_runs = _per_step(
+        through_simulate(model, params, q0, w0, s2.VariationalIntegrator(), 0.01, num_steps), num_steps
+    )
+    print(
+        f"double pendulum: hand RK4 {hand:.3f} µs/step | RungeKutta4 {rk4:.3f} ({rk4 / hand:.2f}×) | "
+        f"VI {vi:.3f} ({vi / hand:.2f}×)"
+    )
+    return {
+        "dt": 0.01, "num_steps": num_steps,
+        "hand_written_rk4_us": hand, "runge_kutta4_us": rk4, "vi_us": vi,
+        "runge_kutta4_over_hand": rk4 / hand, "vi_over_hand": vi / hand,
+        "runs_us": {"hand_written_rk4": hand_runs, "runge_kutta4": rk4_runs, "vi": vi_runs},
+    }
+
+
+def _marginal_per_step(make_run, steps):
+    """µs per step as (t(2N steps) − t(N steps)) / N: simulate's per-call checks cancel."""
+    short, _ = median_time(make_run(steps))
+    long, _ = median_time(make_run(2 * steps))
+    return 1e6 * (long - short) / steps
+
+
+def chains(sizes, num_steps):
+    results = {}
+    for n in sizes:
+        params = chain_pendulum.paper_params(n)
+        q0, w0 = chain_pendulum.paper_state(n)
+        steps = num_steps if n <= 16 else max(num_steps // 10, 200)
+        start = time.perf_counter()
+        vi = _marginal_per_step(
+            lambda k: through_simulate(chain_pendulum, params, q0, w0, s2.VariationalIntegrator(), 0.01, k), steps
+        )
+        rk4 = _marginal_per_step(
+            lambda k: through_simulate(chain_pendulum, params, q0, w0, s2.RungeKutta4(), 0.01, k), steps
+        )
+        seconds = time.perf_counter() - start
+        print(f"chain n = {n:3d}: VI {vi:9.2f} µs/step | RK4 {rk4:9.2f} | VI/RK4 {vi / rk4:.2f} ({seconds:.0f} s)")
+        results[str(n)] = {"num_steps": [steps, 2 * steps], "vi_us": vi, "rk4_us": rk4, "vi_over_rk4": vi / rk4}
+    return results
+
+
+def lennard_jones(num_steps):
+    model = lennard_jones_on_sphere
+    params = model.paper_params()
+    q0, w0 = model.paper_state()
+    start = time.perf_counter()
+    check_lagrangian_form(model.lagrangian, jnp.asarray(q0), jnp.asarray(w0), params)
+    check_seconds = time.perf_counter() - start
+
+    def run():
+        return s2.simulate(model.lagrangian, q0, w0, params, dt=0.005, num_steps=num_steps, save_every=num_steps).q
+
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    first = time.perf_counter() - start
+    seconds, _ = median_time(run, repeats=5)
+
+    def make_run(k):
+        return lambda: s2.simulate(model.lagrangian, q0, w0, params, dt=0.005, num_steps=k, save_every=k).q
+
+    stepping = num_steps * _marginal_per_step(make_run, num_steps) / 1e6
+    print(f"Lennard-Jones n = 642: {num_steps} steps alone (without simulate's eager checks) {stepping:.3f} s")
+    print(
+        f"Lennard-Jones n = 642, default integrator, {num_steps} steps: {seconds:.3f} s "
+        f"(first call with compilation {first:.1f} s; eager form check {check_seconds:.2f} s)"
+    )
+    return {"num_steps": num_steps, "dt": 0.005, "seconds": seconds, "stepping_seconds": stepping,
+            "first_call_seconds": first,
+            "form_check_seconds": check_seconds}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few steps, to check that it runs")
+    parser.add_argument("--chains", default="1,2,4,8,16,32,64,128,256")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: pendulum,chains,lj")
+    options = parser.parse_args()
+    skip = set(options.skip.split(","))
+    num_steps = 100 if options.quick else 10_000
+    load_before = os.getloadavg()
+    payload = {"method": "median of 7 runs (5 for Lennard-Jones) after a warm-up, µs per step, float64"}
+    if "pendulum" not in skip:
+        payload["double_pendulum"] = double_pendulum(num_steps)
+    if "chains" not in skip:
+        payload["chains"] = chains([int(n) for n in options.chains.split(",")], num_steps // 5)
+    if "lj" not in skip:
+        payload["lennard_jones_642"] = lennard_jones(100 if options.quick else 1000)
+    payload["load_average_before_after"] = [load_before, os.getloadavg()]
+    path = write("step_speed", payload, quick=options.quick)
+    print(f"wrote {path}; load average before {load_before}, after {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
