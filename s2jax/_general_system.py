@@ -68,10 +68,6 @@ class GeneralLagrangianSystem(AbstractSystem):
 
     has_constant_inertia: ClassVar[bool] = False
 
-    @property
-    def force_depends_on_velocity(self) -> bool:
-        return self.force is not None and self.force.depends_on_velocity
-
     def prepare(self, q, params):
         return SystemArgs(params)
 
@@ -104,13 +100,6 @@ class GeneralLagrangianSystem(AbstractSystem):
         if self.force is None:
             return jnp.zeros_like(q)
         return self.force(t, q, omega, args.control, args.params)
-
-    def generalized_force(self, t, q, omega, args, conservative=None):
-        if conservative is None:
-            conservative = -self.potential_gradient(q, args)
-        if self.force is None:
-            return conservative
-        return conservative + self.force(t, q, omega, args.control, args.params)
 
     def momentum(self, q, omega, args):
         return project_tangent(q, self.ambient_momentum(q, omega, args))

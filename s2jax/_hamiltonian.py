@@ -61,10 +61,6 @@ class HamiltonianSystem(AbstractSystem):
 
     has_constant_inertia: ClassVar[bool] = False
 
-    @property
-    def force_depends_on_velocity(self) -> bool:
-        return self.force is not None and self.force.depends_on_velocity
-
     def prepare(self, q, params):
         return SystemArgs(params)
 
@@ -141,13 +137,6 @@ class HamiltonianSystem(AbstractSystem):
 
     def potential_gradient(self, q, args):
         return jax.grad(self.potential)(q, args)
-
-    def generalized_force(self, t, q, omega, args, conservative=None):
-        if conservative is None:
-            conservative = -self.potential_gradient(q, args)
-        if self.force is None:
-            return conservative
-        return conservative + self.force(t, q, omega, args.control, args.params)
 
     def angular_acceleration(self, t, q, omega, args):
         """ω̇ by the chain rule through ω = q × ∂H/∂μ(q, μ): the (q̇, μ̇) of (23)–(24) pushed forward.

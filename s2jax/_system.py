@@ -55,11 +55,18 @@ class AbstractSystem(eqx.Module):
     """A mechanical system on (S²)ⁿ in the (q, ω) variables of 002 (2.1): q̇_i = ω_i × q_i.
 
     Implementations declare `has_constant_inertia` (integrators of 002 need a constant M) and
-    whether their generalized force depends on ω (`force_depends_on_velocity`).
+    hold their non-conservative force (`force`, an `AbstractForce` or None), which
+    `generalized_force` adds to −∂V/∂q.
     """
 
     has_constant_inertia: eqx.AbstractClassVar[bool]
-    force_depends_on_velocity: eqx.AbstractVar[bool]
+    force: eqx.AbstractVar[AbstractForce | None]
+
+    @property
+    def force_depends_on_velocity(self) -> bool:
+        """Whether the force depends on ω (which makes the variational steps implicit in ω_{k+1}
+        and rules out the reversible adjoint)."""
+        return self.force is not None and self.force.depends_on_velocity
 
     @abc.abstractmethod
     def prepare(self, q: Float[Array, "n 3"], params: Params) -> SystemArgs:
@@ -73,7 +80,6 @@ class AbstractSystem(eqx.Module):
     def potential_gradient(self, q: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
         """∂V/∂q_i in ℝ³ (the ambient gradient; only its tangential part acts)."""
 
-    @abc.abstractmethod
     def generalized_force(
         self,
         t: Float[Array, ""],
@@ -88,6 +94,11 @@ class AbstractSystem(eqx.Module):
         between steps). Without a non-conservative force it is returned as it is, so a step
         of an unforced system is bitwise the same whether or not the force enters it.
         """
+        if conservative is None:
+            conservative = -self.potential_gradient(q, args)
+        if self.force is None:
+            return conservative
+        return conservative + self.force(t, q, omega, args.control, args.params)
 
     @abc.abstractmethod
     def momentum(self, q: Float[Array, "n 3"], omega: Float[Array, "n 3"], args: SystemArgs):
@@ -135,10 +146,6 @@ class LagrangianSystem(AbstractSystem):
 
     has_constant_inertia: ClassVar[bool] = True
 
-    @property
-    def force_depends_on_velocity(self) -> bool:
-        return self.force is not None and self.force.depends_on_velocity
-
     def prepare(self, q, params):
         inertia = self.inertia(q, SystemArgs(params))
         chain = chain_parameters(inertia) if self.inertia_structure == "chain" else None
@@ -183,13 +190,6 @@ class LagrangianSystem(AbstractSystem):
             return jax.grad(self.lagrangian, argnums=1)(q, qdot, args.params)[:, 0]
 
         return jax.jacfwd(momentum_x)(jnp.zeros(q.shape[0], q.dtype))
-
-    def generalized_force(self, t, q, omega, args, conservative=None):
-        if conservative is None:
-            conservative = -self.potential_gradient(q, args)
-        if self.force is None:
-            return conservative
-        return conservative + self.force(t, q, omega, args.control, args.params)
 
     def ambient_momentum(self, q, omega, args):
         """∂L/∂q̇_i at q̇ = ω × q, in ℝ³."""
