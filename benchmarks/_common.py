@@ -17,6 +17,12 @@ import s2jax as s2
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
+def jit(fn, **kwargs):
+    """`jax.jit` with the XLA options s2jax compiles with (`s2jax.compiler_options()`: no YNNPACK
+    fusions on CPU), so that every baseline gets the same compiler as the code it is compared with."""
+    return jax.jit(fn, compiler_options=s2.compiler_options() or None, **kwargs)
+
+
 def median_time(fn, repeats: int = 7) -> tuple[float, list[float]]:
     """Median wall time of `fn()` (blocking on its outputs) over `repeats` runs, after a warm-up."""
     jax.block_until_ready(fn())

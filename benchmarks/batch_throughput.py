@@ -33,7 +33,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import median_time, write  # noqa: E402
+from _common import jit, median_time, write  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
@@ -99,7 +99,7 @@ def sharded_hand_rk4(params, num_steps):
     mesh = Mesh(np.array(jax.devices()), ("batch",))
     local = jax.vmap(lambda q, w: hand_rk4(q, w, params, num_steps))
     spec = PartitionSpec("batch")
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
+    return jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
 
 
 def check_closed_form(params):

@@ -39,7 +39,7 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-from _common import RESULTS, machine, write  # noqa: E402
+from _common import RESULTS, jit, machine, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax.control import examples  # noqa: E402
@@ -140,7 +140,7 @@ def batch_of_swing_ups(repeats, budget, size=64):
     omegas = np.asarray(s2.project_tangent(jnp.asarray(qs), 0.1 * jnp.asarray(omega)))
     solver = s2.control.ILQR()
 
-    @jax.jit
+    @jit
     def batch(qs, omegas):
         return jax.vmap(lambda q, w: s2.control.solve(problem, q, w, solver=solver, init=init, throw=False))(qs, omegas)
 

@@ -29,7 +29,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-from _common import RESULTS, median_time, write  # noqa: E402
+from _common import RESULTS, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax.apps.reproduce import EXAMPLES, compile_simulation, step_grid  # noqa: E402
@@ -106,7 +106,7 @@ def _force_seconds(q0, params, count, repeats):
     cannot hoist it out of the loop."""
     force = jax.grad(lj.potential)
 
-    @jax.jit
+    @jit
     def loop(q, params):
         return jax.lax.fori_loop(0, count, lambda i, q: q + 1e-300 * force(q, params), q)
 

@@ -30,7 +30,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import optimistix as optx  # noqa: E402
-from _common import diffrax_solve, median_time, write  # noqa: E402
+from _common import diffrax_solve, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -68,7 +68,7 @@ def tsit5_loss(params, num_steps):
 
 
 def temp_bytes(fn, *args):
-    return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+    return jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 
 
 def newton_comparison():
@@ -102,9 +102,9 @@ def newton_comparison():
 
     out = {}
     for name, fn in (("custom_root", ours), ("optimistix_ImplicitAdjoint", theirs)):
-        grad = jax.jit(jax.grad(fn))
+        grad = jit(jax.grad(fn))
         seconds, _ = median_time(lambda: grad(PARAMS), repeats=9)
-        out[name] = {"grad_us": 1e6 * seconds, "value": float(jax.jit(fn)(PARAMS))}
+        out[name] = {"grad_us": 1e6 * seconds, "value": float(jit(fn)(PARAMS))}
     return out
 
 
@@ -114,12 +114,12 @@ def main():
     quick = parser.parse_args().quick
     num_steps = 100 if quick else NUM_STEPS
     results = {"num_steps": num_steps, "dt": DT}
-    forward = jax.jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
+    forward = jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
     results["forward_s"], _ = median_time(lambda: forward(PARAMS), repeats=5)
     print(f"VI forward, {num_steps} steps: {results['forward_s']:.3f} s")
     for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.ReversibleAdjoint()):
         name = type(adjoint).__name__
-        grad = jax.jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)))
+        grad = jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)))
         seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
         memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)), PARAMS)
         memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps // 10)), PARAMS)
@@ -136,7 +136,7 @@ def main():
         return vi_loss({**PARAMS, **dict(zip(keys, x))}, s2.DirectAdjoint(), num_steps)
 
     # jax.jacfwd pushes the four tangents through one forward pass (batched JVPs).
-    jacobian = jax.jit(jax.jacfwd(loss_of_four))
+    jacobian = jit(jax.jacfwd(loss_of_four))
     four = jnp.stack([PARAMS[k] for k in keys])
     seconds, _ = median_time(lambda: jacobian(four), repeats=5)
     results["forward_mode_4_params_s"] = seconds
@@ -144,7 +144,7 @@ def main():
     print(f"forward mode, 4 params: {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward")
 
     tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
-    grad = jax.jit(tsit5_grad)
+    grad = jit(tsit5_grad)
     seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
     results["diffrax_tsit5_grad_s"] = seconds
     results["diffrax_tsit5_temp_bytes"] = temp_bytes(tsit5_grad, PARAMS)

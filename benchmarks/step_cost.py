@@ -19,7 +19,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-from _common import diffrax_solve, median_time, write  # noqa: E402
+from _common import diffrax_solve, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -65,7 +65,7 @@ def rk4_diagonal_cost(model, dt, num_steps):
             lambda a, *k: a + dt / 6 * (k[0] + 2 * k[1] + 2 * k[2] + k[3]), y, k1, k2, k3, k4
         ), None
 
-    run = jax.jit(lambda y: jax.lax.scan(step, y, length=num_steps)[0])
+    run = jit(lambda y: jax.lax.scan(step, y, length=num_steps)[0])
     seconds, _ = median_time(lambda: run((q0, omega0)))
     return 1e6 * seconds / num_steps
 
@@ -75,7 +75,7 @@ def tsit5_cost(model, dt, num_steps):
     params = jax.tree_util.tree_map(jnp.asarray, model.paper_params())
     system = s2.LagrangianSystem(model.lagrangian)
 
-    @jax.jit
+    @jit
     def run(q0, omega0, args):
         solution = diffrax_solve(
             system, args, (q0, omega0), dt * num_steps, diffrax.Tsit5(),

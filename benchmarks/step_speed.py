@@ -28,7 +28,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import median_time, write  # noqa: E402
+from _common import jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax._block_elimination import inverse_3x3  # noqa: E402
@@ -80,7 +80,7 @@ def hand_written_rk4(num_steps, dt=0.01):
         return (q, w), None
 
     q0, w0 = (jnp.asarray(x) for x in double_spherical_pendulum.paper_state())
-    run = jax.jit(lambda q, w: jax.lax.scan(step, (q, w), length=num_steps)[0])
+    run = jit(lambda q, w: jax.lax.scan(step, (q, w), length=num_steps)[0])
     return run, (q0, w0)
 
 

@@ -19,7 +19,7 @@ max over all steps: for VI and VI-4 the 0.1-s max is within 2 % of the every-ste
 of `plot_work_precision.py`). diffrax's states on the 0.1-s grid come from its dense output
 (interpolation).
 
-Wall time: each measured function is `jax.jit(...).lower(...).compile()`d ahead of time, so
+Wall time: each measured function is `jit(...).lower(...).compile()`d ahead of time, so
 compilation is excluded; the fixed-step methods call `s2.simulate` inside the jitted function
 (the 0.1-s grid is what they save; the cost of saving is within noise). For the fixed-step
 methods the first, untimed run of the compiled function gives the states for the errors; for
@@ -48,7 +48,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import diffrax_solve, write  # noqa: E402
+from _common import diffrax_solve, jit, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -182,7 +182,7 @@ def fixed_step_job(name, integrator, horizon, h):
 
     args = (Q0, OMEGA0, PARAMS, jnp.asarray(h))
     start = time.perf_counter()
-    compiled = jax.jit(run).lower(*args).compile()
+    compiled = jit(run).lower(*args).compile()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     q, omega, ok = jax.block_until_ready(compiled(*args))
@@ -228,7 +228,7 @@ def compiled_diffrax_solve(solver, horizon, spacing):
         return sol.ys, sol.stats["num_steps"], sol.result == diffrax.RESULTS.successful
 
     args = (Q0, OMEGA0, PARAMS, jnp.asarray(1e-8))
-    return jax.jit(run).lower(*args).compile()
+    return jit(run).lower(*args).compile()
 
 
 def adaptive_jobs(name, solver, horizon, tols):

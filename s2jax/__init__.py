@@ -49,6 +49,7 @@ from ._integrators import (
     StormerVerlet as StormerVerlet,
     VariationalIntegrator as VariationalIntegrator,
 )
+from ._jit import compiler_options as compiler_options
 from ._results import RESULTS as RESULTS
 from ._simulate import Solution as Solution, simulate as simulate
 from ._system import (

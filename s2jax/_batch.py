@@ -24,6 +24,7 @@ from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
+from ._jit import filter_jit
 from ._simulate import Solution, _raise_if_failed, _trace_floats, default_integrator_for, simulate
 from ._system import AbstractSystem
 
@@ -172,7 +173,7 @@ def _split_params(params, params_axis, batch_size):
     return dynamic, static, axes
 
 
-@eqx.filter_jit
+@filter_jit
 def _sharded_vmap(one: _Member, mesh, axes, q0, omega0, dynamic, dt):
     """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it; `axes`
     says which leaves of `dynamic` (the array leaves of params) are batched too."""

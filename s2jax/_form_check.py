@@ -31,7 +31,14 @@ def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[
     fourth. Quadraticity is checked along q̇ = ω × q and a second tangent velocity, by the first
     and third derivatives of L(q, s q̇) in s. NaN fails every rule (the comparisons are written as `~(x <= tol)`).
     """
-    quantities = _form_quantities(lagrangian, q, omega, params)
+    if xp is np:
+        # Concrete values, checked before compiling: evaluated now even when `simulate` is
+        # called inside a user's `jax.jit` or `lax.scan` (with params closed over), where the
+        # compiled call would otherwise be staged into that computation and return tracers.
+        with jax.ensure_compile_time_eval():
+            quantities = _form_quantities(lagrangian, q, omega, params)
+    else:
+        quantities = _form_quantities(lagrangian, q, omega, params)
     # numpy for concrete values (no dispatch cost per operation), jax.numpy in a trace
     inertias, probes, products, residuals = (xp.asarray(x) for x in quantities)
     inertia = inertias[0]

@@ -2,10 +2,11 @@
 
 import functools
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+
+from ._jit import filter_jit
 
 
 @functools.cache
@@ -21,7 +22,7 @@ def named_optimizer(name: str, learning_rate: float) -> optax.GradientTransforma
     raise ValueError(f'optimizer must be "lbfgs", "adam" or an optax transformation; got {name!r}')
 
 
-@eqx.filter_jit
+@filter_jit
 def iterate(loss, optimizer: optax.GradientTransformation, z, state):
     """One optimiser step on `loss(z)`: the new iterate, state, and the loss at the old iterate.
 

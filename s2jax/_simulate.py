@@ -41,6 +41,7 @@ from ._integrators import (
 )
 from ._integrators.base import IntegratorState, State
 from ._integrators.default import default_integrator
+from ._jit import filter_jit
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
 from ._validation import check_initial_state, check_parameters, initial_state_is_valid, parameters_are_finite
@@ -386,7 +387,11 @@ def simulate(
     if concrete_params and lagrangian is not None:
         # M of (2.2) does not depend on q, so with known params the form can be checked before
         # compiling even when the state is traced: at a fixed random state of the same shape.
-        probe = (q0, omega0) if concrete else random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
+        if concrete:
+            probe = (q0, omega0)
+        else:
+            with jax.ensure_compile_time_eval():  # a constant, even inside a user's jit
+                probe = random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
         try:
             inertia = check_lagrangian_form(lagrangian, *probe, params)
         except ValueError as error:
@@ -558,7 +563,7 @@ def _initial_result(system, integrator, q0, omega0, params, dt, check_form) -> R
     return result
 
 
-@eqx.filter_jit
+@filter_jit
 def _integrate(
     system, integrator, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress,
     throw, check_form,

@@ -218,8 +218,8 @@ class LagrangianSystem(AbstractSystem):
         inertia = self.inertia(q, args)
         n = q.shape[0]
         eye3 = jnp.eye(3, dtype=q.dtype)[None, None]
-        gram = (q @ q.T)[:, :, None, None]
-        outer = jnp.einsum("ja,ib->ijab", q, q)  # q_j q_iᵀ
+        gram = dot(q[:, None], q[None, :])[:, :, None, None]
+        outer = q[None, :, :, None] * q[:, None, None, :]  # q_j q_iᵀ
         off = -inertia[:, :, None, None] * (outer - gram * eye3)
         diag = jnp.diag(inertia)[:, None, None, None] * eye3
         is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]

@@ -23,6 +23,7 @@ from ._chart import tangent_basis
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError
 from ._integrators import AbstractIntegrator, VariationalIntegrator
+from ._jit import filter_jit
 from ._optimise import minimise, named_optimizer
 from ._shooting import MultipleShooting
 from ._simulate import simulate
@@ -94,7 +95,7 @@ class _FitProblem(eqx.Module):
         return self.objective(*self.residuals(z))
 
 
-@eqx.filter_jit
+@filter_jit
 def _linearise(problem, z):
     """The Jacobian of (data residuals, jumps) w.r.t. flattened z, and the residuals."""
     flat, unravel = ravel_pytree(z)

@@ -258,7 +258,7 @@ def compile_simulation(
         return s2.simulate(lagrangian, q0, omega0, eqx.combine(dynamic, static), **options)
 
     start = time.perf_counter()
-    compiled = jax.jit(solve).lower(q0, omega0, dynamic).compile()
+    compiled = jax.jit(solve, compiler_options=s2.compiler_options() or None).lower(q0, omega0, dynamic).compile()
     compile_seconds = time.perf_counter() - start
     return (lambda: compiled(q0, omega0, dynamic)), compile_seconds
 

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._jit import filter_jit
 from .._results import RESULTS
 from ._problem import Problem
 from ._solve import solve_in_graph
@@ -73,7 +74,7 @@ def receding_horizon(
     )
 
 
-@eqx.filter_jit
+@filter_jit
 def _receding_horizon(problem, plant, solver, q0, omega0, init, num_solves, steps, max_outer_steps, tolerance):
     def one_solve(carry, index):
         q, omega, guess = carry

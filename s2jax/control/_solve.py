@@ -2,12 +2,12 @@
 
 import sys
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._errors import SimulationError, error_if
+from .._jit import filter_jit
 from .._results import RESULTS
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
@@ -87,7 +87,7 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     )
 
 
-_solve = eqx.filter_jit(solve_in_graph)
+_solve = filter_jit(solve_in_graph)
 
 
 def _raise_if_failed(codes):
