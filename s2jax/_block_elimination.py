@@ -11,13 +11,16 @@ emits a separate dot kernel per `@` of such tiny matrices, but fuses elementwise
 made the double pendulum's step ~1.5× faster.
 """
 
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
 
 from ._custom_types import Array, Float
 
 # Beyond this many bodies the unrolled elimination (O(n) traced operations, O(n³) flops
 # in 3 × 3 pieces) costs more to compile and run than one dense LU.
-_MAX_UNROLLED_BODIES = 12
+MAX_UNROLLED_BODIES = 12
 
 
 def inverse_3x3(a: Float[Array, "... 3 3"]) -> Float[Array, "... 3 3"]:
@@ -38,32 +41,44 @@ def matvec_3x3(a: Float[Array, "... 3 3"], x: Float[Array, "... 3"]) -> Float[Ar
     return jnp.sum(a * x[..., None, :], axis=-1)
 
 
-def block_solve(blocks: Float[Array, "n n 3 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
-    """Solve Σ_j blocks[i, j] x_j = rhs_i for x of shape (n, 3).
+def block_factor(blocks: Float[Array, "n n 3 3"]) -> Callable[[Float[Array, "n 3"]], Float[Array, "n 3"]]:
+    """Factor Σ_j blocks[i, j] x_j = rhs_i once: **returns** `solve(rhs) -> x`, shape (n, 3).
 
     Block LU without pivoting. The leading principal block minors of the operators that
     s2jax solves are nonsingular whenever the inertia matrix M is positive definite (the
-    argument of 002 §2.1 applied to each leading sub-system), so no pivoting is needed.
+    argument of 002 §2.1 applied to each leading sub-system), so no pivoting is needed. Each
+    `solve` then costs the two block-triangular sweeps only (a chord iteration reuses one
+    factorisation for every right-hand side).
     """
-    n = rhs.shape[0]
-    if n > _MAX_UNROLLED_BODIES:
-        dense = jnp.transpose(blocks, (0, 2, 1, 3)).reshape(3 * n, 3 * n)
-        return jnp.linalg.solve(dense, rhs.reshape(3 * n)).reshape(n, 3)
+    n = blocks.shape[0]
+    if n > MAX_UNROLLED_BODIES:
+        factors = jax.scipy.linalg.lu_factor(jnp.transpose(blocks, (0, 2, 1, 3)).reshape(3 * n, 3 * n))
+        return lambda rhs: jax.scipy.linalg.lu_solve(factors, rhs.reshape(3 * n)).reshape(n, 3)
     a = [[blocks[i, j] for j in range(n)] for i in range(n)]
-    b = [rhs[i] for i in range(n)]
-    pivots = []
+    pivots, multipliers = [], {}
     for k in range(n):
-        pivot = inverse_3x3(a[k][k])
-        pivots.append(pivot)
+        pivots.append(inverse_3x3(a[k][k]))
         for i in range(k + 1, n):
-            factor = matmul_3x3(a[i][k], pivot)
+            multipliers[i, k] = matmul_3x3(a[i][k], pivots[k])
             for j in range(k + 1, n):
-                a[i][j] = a[i][j] - matmul_3x3(factor, a[k][j])
-            b[i] = b[i] - matvec_3x3(factor, b[k])
-    x = [None] * n
-    for k in reversed(range(n)):
-        acc = b[k]
-        for j in range(k + 1, n):
-            acc = acc - matvec_3x3(a[k][j], x[j])
-        x[k] = matvec_3x3(pivots[k], acc)
-    return jnp.stack(x)
+                a[i][j] = a[i][j] - matmul_3x3(multipliers[i, k], a[k][j])
+
+    def solve(rhs):
+        b = [rhs[i] for i in range(n)]
+        for k in range(n):
+            for i in range(k + 1, n):
+                b[i] = b[i] - matvec_3x3(multipliers[i, k], b[k])
+        x = [None] * n
+        for k in reversed(range(n)):
+            acc = b[k]
+            for j in range(k + 1, n):
+                acc = acc - matvec_3x3(a[k][j], x[j])
+            x[k] = matvec_3x3(pivots[k], acc)
+        return jnp.stack(x)
+
+    return solve
+
+
+def block_solve(blocks: Float[Array, "n n 3 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
+    """Solve Σ_j blocks[i, j] x_j = rhs_i for x of shape (n, 3) (`block_factor`, applied once)."""
+    return block_factor(blocks)(rhs)

@@ -36,18 +36,19 @@ def newton_root(
     `unrolled` iterations run unconditionally, outside the `while_loop` (on CPU a loop trip
     costs about as much as a small iteration); the loop then runs only while the test below
     fails, so the root is the same, with at most `unrolled` − 1 extra, harmless iterations.
-    With `approximate_inverse` (a fixed approximation of the inverse Jacobian, e.g. an O(n)
-    structured solve) the updates are δ = −approximate_inverse(r(x)) instead (a chord, or
-    simplified Newton, iteration): it converges linearly, so it stops only once |δ_j| ≤ tol,
-    where the error left is |δ_j| times the contraction rate.
+    With `approximate_inverse` (a fixed approximation of the inverse Jacobian: a factorised
+    Jacobian at the starting point, or an O(n) structured solve) the updates are
+    δ = −approximate_inverse(r(x)) instead (a chord, or simplified Newton, iteration). It
+    converges linearly, at a rate θ set by how far the approximation is from the Jacobian at
+    the root, so it stops only once |δ_j| ≤ tol, where the error left is |δ_j| θ.
 
-    With δ_j the j-th update and tol = atol + rtol·max|x|, it stops once the error left after
-    the update is estimated below tol: either |δ_j| ≤ tol (the error left is then O(δ_j²)), or
-    the iteration contracts, |δ_j| < |δ_{j−1}|, and the linear-rate estimate of the error left,
-    |δ_j|²/|δ_{j−1}|, is ≤ tol (as optimistix does).
-    The second test saves the last, confirming iteration: Newton converges quadratically, so
-    its true remaining error, ~|δ_j|³/|δ_{j−1}|², is far smaller than the estimate. At
-    rtol = atol = 1e-12 in float64 the root is exact to round-off.
+    With δ_j the j-th update and tol = atol + rtol·max|x|, Newton stops once the error left
+    after the update is estimated below tol: either |δ_j| ≤ tol (the error left is then
+    O(δ_j²)), or the iteration contracts, |δ_j| < |δ_{j−1}|, and the linear-rate estimate of the
+    error left, |δ_j|²/|δ_{j−1}|, is ≤ tol (as optimistix does). The second test saves the
+    last, confirming iteration: Newton converges quadratically, so its true remaining error,
+    ~|δ_j|³/|δ_{j−1}|², is far smaller than the estimate. At rtol = atol = 1e-12 in float64
+    the root is exact to round-off.
 
     Derivatives are those of the exact root (implicit function theorem, through
     `jax.lax.custom_root`): dx*/dθ = −(∂r/∂x)⁻¹ ∂r/∂θ at the converged point, for forward and
@@ -64,7 +65,8 @@ def newton_root(
     def solve(fn, x0):
         def converged(x, step, size, previous):
             tol = atol + rtol * jnp.max(jnp.abs(x))
-            # A chord iteration's linear rate is not known well enough to stop on an estimate.
+            # A chord iteration's error left is about |δ_j| θ, not ~|δ_j|³/|δ_{j−1}|²: stopping
+            # on the estimate |δ_j| θ ≤ tol would leave errors of tol, not of round-off.
             contracting = (step >= 2) & (size < previous) & (approximate_inverse is None)
             return (size <= tol) | (contracting & (size * size <= tol * previous))
 
