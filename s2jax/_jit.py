@@ -48,8 +48,9 @@ def filter_jit(fun):
 
     Inside a user's `jax.jit` (or `lax.scan`, `jax.checkpoint`, …) JAX refuses compiler
     options, and the outer compilation's options apply; so does `jax.grad`, which stages the
-    call. Called with traced arguments (under any transformation) it compiles without them. The options are decided at the first
-    call, so that importing s2jax neither starts a backend nor compiles anything.
+    call. Called with traced arguments (under any transformation) it compiles without them.
+    The options are decided at the first call, so that importing s2jax neither starts a
+    backend nor compiles anything.
     """
     plain = eqx.filter_jit(fun)
     with_options = None

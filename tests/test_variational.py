@@ -296,3 +296,36 @@ def test_default_integrator_is_explicit_for_diagonal_inertia_only():
     default = s2.simulate(dsp.lagrangian, q0, omega0, _params(), **kwargs)
     implicit = s2.simulate(dsp.lagrangian, q0, omega0, _params(), integrator=s2.VariationalIntegrator(), **kwargs)
     np.testing.assert_array_equal(default.q, implicit.q)
+
+
+def test_one_body_closed_form_matches_explicit_and_autodiff_del_steps():
+    """For one body (3.16) is solved in closed form; it is the map of (3.17) and of the DEL
+    equations of the trapezoidal L_d solved by autodiff Newton, to round-off."""
+    model = s2.models.spherical_pendulum
+    params = {k: jnp.asarray(v) for k, v in model.paper_params().items()}
+    q0, omega0 = s2.random_state(jax.random.PRNGKey(7), 1, scale=2.0)
+    kwargs = dict(dt=0.01, num_steps=100)
+    implicit, explicit = (
+        s2.simulate(model.lagrangian, q0, omega0, params, integrator=integrator, **kwargs)
+        for integrator in (s2.VariationalIntegrator(), s2.ExplicitVariationalIntegrator())
+    )
+    # Round-off only (1e-11 after 1000 steps, as for the Newton solve it replaces).
+    np.testing.assert_allclose(implicit.q, explicit.q, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(implicit.omega, explicit.omega, rtol=0, atol=1e-12)
+
+    system = s2.LagrangianSystem(model.lagrangian)
+    args = system.prepare(q0, params)
+    q1_del, _, converged = discrete_legendre_step(
+        model.lagrangian, q0, system.momentum(q0, omega0, args), params, jnp.asarray(0.05)
+    )
+    integrator = s2.VariationalIntegrator()
+    state = integrator.init(system, 0.0, (q0, omega0), args)
+    (q1, _), _, result = integrator.step(system, 0.0, jnp.asarray(0.05), (q0, omega0), args, state)
+    assert bool(converged) and result == s2.RESULTS.successful
+    np.testing.assert_allclose(q1, q1_del, rtol=0, atol=1e-14)
+
+    too_large = s2.simulate(
+        model.lagrangian, q0, 20.0 * omega0, params, dt=0.5, num_steps=4,
+        integrator=s2.VariationalIntegrator(), throw=False,
+    )
+    assert too_large.result == s2.RESULTS.step_too_large and int(too_large.failed_step) == 0

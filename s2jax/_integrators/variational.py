@@ -23,7 +23,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._block_elimination import MAX_UNROLLED_BODIES, block_factor
-from .._custom_types import Array, Float
+from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
@@ -96,6 +96,19 @@ def _chord_solve(f0, q, inertia, args):
     return block_factor(cayley_jacobian(f0, q, inertia))
 
 
+def _one_body_cayley(d: Float[Array, "1 3"], mass: Float[Array, "1 1"]) -> tuple[Float[Array, "1 3"], Bool[Array, ""]]:
+    """(3.16) for a single body, in closed form: 2M f/(1 + |f|²) = d with f, d ⊥ q.
+
+    f is parallel to d, and |f| the root of 2M x/(1 + x²) = |d| that vanishes with h:
+    f = d / (M + √(M² − |d|²)), the rotation of the explicit (3.17) with a = d/M. There is none
+    when |d| > M (the step is too large; `RESULTS.step_too_large`, as for (3.17)).
+
+    **Returns:** `(f, solvable)`.
+    """
+    slack = mass * mass - dot(d, d)[:, None]
+    return d / (mass + jnp.sqrt(jnp.maximum(slack, 0.0))), jnp.all(slack >= 0)
+
+
 def forced_velocity_update(system, t1, q1, omega_guess, args, potential_force, update, *, rtol, atol, max_steps):
     """ω_{k+1} = update(F_{k+1}), F_{k+1} = F(t_{k+1}, q_{k+1}, ω_{k+1}, u_k): (3.13) or (3.18) with forces.
 
@@ -129,7 +142,8 @@ class VariationalIntegrator(AbstractIntegrator):
        by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`): with the
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step,
        or for a chain of ≥ 3 links with the O(n) solve of 2A(q_k); derivatives by the implicit
-       function theorem with the true Jacobian.
+       function theorem with the true Jacobian. For a single body (3.16) is solved in closed
+       form (`_one_body_cayley`);
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
        along q_i, so the solution has f_i ⊥ q_i without a constraint. Newton starts from h times the previous
        step's f/h (f ≈ h ω/2 changes by O(h²) per step; the first step starts from h ω/2),
@@ -184,11 +198,16 @@ class VariationalIntegrator(AbstractIntegrator):
                 q, _coupled(inertia, displacement)
             ) - d
 
-        f0 = dt * state.cayley_rate
-        f, _, converged = newton_root(
-            cayley_residual, f0, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
-            unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia, args),
-        )
+        if q.shape[0] == 1:
+            f, solvable = _one_body_cayley(d, mass)
+            converged, failure = solvable, RESULTS.step_too_large
+        else:
+            f0 = dt * state.cayley_rate
+            f, _, converged = newton_root(
+                cayley_residual, f0, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
+                unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia, args),
+            )
+            failure = RESULTS.newton_failed
         q_next = cayley_rotate(f, q)
         # Δ from the stored q_{k+1}, not from f: the discrete Euler–Lagrange equations
         # then hold for the sequence actually stored.
@@ -203,7 +222,8 @@ class VariationalIntegrator(AbstractIntegrator):
             system, t0 + dt, q_next, omega, args, potential_force, update,
             rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
         )
-        result = RESULTS.where(converged & solved, RESULTS.successful, RESULTS.newton_failed)
+        result = RESULTS.where(converged, RESULTS.successful, failure)
+        result = RESULTS.where(solved, result, RESULTS.newton_failed)
         result = check_finite(result, q_next, omega_next)
         return (q_next, omega_next), ImplicitState(potential_force, f / dt), result
 
