@@ -62,6 +62,23 @@ def chain_parameters(inertia: Float[Array, "n n"]) -> tuple[Float[Array, " n"], 
     return lengths, jnp.diag(inertia) / lengths**2
 
 
+def inertia_times(
+    inertia: Float[Array, "n n"], x: Float[Array, "n 3"], chain: tuple[Float[Array, " n"], Float[Array, " n"]] | None
+) -> Float[Array, "n 3"]:
+    """M x, in O(n) for a chain (`chain` = (l, c) of `SystemArgs.chain`), else `inertia @ x`.
+
+    For M_ij = c_{max(i,j)} l_i l_j, (M x)_i = l_i (c_i S_i + T_i) with the prefix sums
+    S_i = Σ_{j≤i} l_j x_j and the suffix sums T_i = Σ_{j>i} c_j l_j x_j.
+    """
+    if chain is None or x.shape[0] < MIN_CHAIN_BODIES:
+        return inertia @ x
+    lengths, carried = chain
+    weighted = lengths[:, None] * x
+    prefix = jnp.cumsum(weighted, axis=0)
+    suffix = jnp.cumsum((carried[:, None] * weighted)[::-1], axis=0)[::-1] - carried[:, None] * weighted
+    return lengths[:, None] * (carried[:, None] * prefix + suffix)
+
+
 def chain_solve(
     q: Float[Array, "n 3"],
     rhs: Float[Array, "n 3"],

@@ -28,7 +28,7 @@ from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._geometry import dot, project_tangent
-from ._structured_solve import MIN_CHAIN_BODIES, chain_factors, chain_parameters, chain_solve
+from ._structured_solve import MIN_CHAIN_BODIES, chain_factors, chain_parameters, chain_solve, inertia_times
 
 
 class SystemArgs(eqx.Module):
@@ -235,5 +235,5 @@ class LagrangianSystem(AbstractSystem):
         inertia = self.inertia(q, args)
         speed2 = dot(omega, omega)[:, None]
         force = self.generalized_force(t, q, omega, args)
-        rhs = jnp.cross(q, inertia @ (speed2 * q) + force)
+        rhs = jnp.cross(q, inertia_times(inertia, speed2 * q, args.chain) + force)
         return self.solve_operator(q, rhs, args)

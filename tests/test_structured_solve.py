@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
-from s2jax._structured_solve import chain_factors, chain_parameters, chain_solve
+from s2jax._structured_solve import chain_factors, chain_parameters, chain_solve, inertia_times
 
 cp = s2.models.chain_pendulum
 
@@ -49,6 +49,17 @@ def test_chain_solve_equals_dense_solve(n):
     residual = (dense @ solved.reshape(-1)).reshape(n, 3) - rhs
     bound = n * 2.2e-16 * float(jnp.max(jnp.abs(dense))) * float(jnp.max(jnp.abs(solved))) * 3 * n
     assert float(jnp.max(jnp.abs(residual))) <= bound
+
+
+@pytest.mark.parametrize("n", [3, 8, 64])
+def test_chain_inertia_times_equals_the_dense_product(n):
+    """The O(n) prefix/suffix-sum product M x of a chain against the dense matrix product."""
+    key_chain, key_x = jax.random.split(jax.random.PRNGKey(100 + n))
+    inertia = _random_chain(key_chain, n)
+    x = jax.random.normal(key_x, (n, 3))
+    structured = inertia_times(inertia, x, chain_parameters(inertia))
+    scale = float(jnp.max(jnp.abs(inertia))) * float(jnp.max(jnp.abs(x))) * n
+    np.testing.assert_allclose(structured, inertia @ x, rtol=0, atol=10 * 2.2e-16 * scale)
 
 
 def test_chain_factors_recognises_chains_only():
