@@ -7,8 +7,8 @@ Same process, float64, CPU, medians of 5 runs after a warm-up:
 - forward time of the variational integrator (h = 0.01, 10⁴ steps, T = 100 s) from a regular
   motion about hanging (see Q0 below for why not the chaotic paper state);
 - reverse-mode gradient of a final-state loss with respect to the five params, and the XLA
-  temp memory of the compiled gradient, for DirectAdjoint, CheckpointedAdjoint and
-  ReversibleAdjoint (memory also at 10³ steps, to show what grows);
+  temp memory of the compiled gradient, for DirectAdjoint, CheckpointedAdjoint,
+  StepwiseAdjoint and ReversibleAdjoint (memory also at 10³ steps, to show what grows);
 - forward mode (`jax.jacfwd` over 4 params: one forward pass carrying 4 tangents) against
   the forward time;
 - diffrax Tsit5 (rtol = atol = 1e-9) with `RecursiveCheckpointAdjoint` on the same equations
@@ -117,7 +117,7 @@ def main():
     forward = jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
     results["forward_s"], _ = median_time(lambda: forward(PARAMS), repeats=5)
     print(f"VI forward, {num_steps} steps: {results['forward_s']:.3f} s")
-    for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.ReversibleAdjoint()):
+    for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.StepwiseAdjoint(), s2.ReversibleAdjoint()):
         name = type(adjoint).__name__
         grad = jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)))
         seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)

@@ -6,6 +6,7 @@ from ._adjoint import (
     CheckpointedAdjoint as CheckpointedAdjoint,
     DirectAdjoint as DirectAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
+    StepwiseAdjoint as StepwiseAdjoint,
 )
 from ._batch import simulate_batch as simulate_batch
 from ._diagnostics import (

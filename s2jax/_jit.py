@@ -20,9 +20,10 @@ from jax._src import core as jax_core
 
 # No YNNPACK fusion types: XLA's own elementwise fusion emitter runs every fusion.
 _CANDIDATE = {"xla_cpu_experimental_ynn_fusion_type": ""}
-# JAX takes compiler options only on a top-level `jax.jit`; whether a call is traced inside
-# another compilation is known only from JAX's trace stack (there is no public query).
-_under_a_jit = getattr(jax_core, "unsafe_am_i_under_a_jit", None)
+# JAX takes compiler options only on a top-level `jax.jit`. Whether a call is made under any
+# transformation (`jax.jit`, `jax.grad`, `jax.vmap`, `lax.scan`, …, whose tracers may also hide in
+# closures) is known only from JAX's trace state; there is no public query.
+_trace_state_clean = getattr(jax_core, "trace_state_clean", None)
 
 
 @functools.cache
@@ -33,7 +34,7 @@ def compiler_options() -> dict[str, str]:
     (…, n, 3) arrays of s2jax; ignored by other backends). Empty where this JAX does not know
     the option. Found once, at the first call, by compiling a one-line function.
     """
-    if _under_a_jit is None:
+    if _trace_state_clean is None:
         return {}
     try:
         jax.jit(lambda x: x + 1, compiler_options=_CANDIDATE).lower(1.0).compile()
@@ -48,7 +49,7 @@ def filter_jit(fun):
 
     Inside a user's `jax.jit` (or `lax.scan`, `jax.checkpoint`, …) JAX refuses compiler
     options, and the outer compilation's options apply; so does `jax.grad`, which stages the
-    call. Called with traced arguments (under any transformation) it compiles without them.
+    call. So under any transformation it compiles without them.
     The options are decided at the first call, so that importing s2jax neither starts a
     backend nor compiles anything.
     """
@@ -58,8 +59,7 @@ def filter_jit(fun):
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
         nonlocal with_options
-        traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
-        if traced or _under_a_jit is None or _under_a_jit():
+        if _trace_state_clean is None or not _trace_state_clean():
             return plain(*args, **kwargs)
         if with_options is None:
             options = compiler_options()

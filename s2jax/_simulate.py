@@ -185,24 +185,29 @@ class Loop(eqx.Module):
         """The controls as (num_saves, save_every, …): the rows of each block between saves."""
         return jtu.tree_map(lambda u: u.reshape(self.num_saves, self.save_every, *u.shape[1:]), controls)
 
-    def run(self, inputs: LoopInputs, result0: RESULTS, scan_steps: Callable) -> tuple[LoopState, State]:
+    def run(self, inputs: LoopInputs, result0: RESULTS, scan_steps: Callable) -> tuple[LoopState, State, object]:
         """The forward loop; `scan_steps(body, carry, xs, length)` runs `length` steps of
-        `body(carry, x)`, x running over the leading axis of `xs` (the controls, or None).
+        `body(carry, x)`, x running over the leading axis of `xs` (the controls, or None), and
+        returns `(carry, per_step)`: what it kept of each step (stacked), or None.
 
-        **Returns:** the final `LoopState` and the states after each block, shape (num_saves, n, 3).
+        **Returns:** the final `LoopState`, the states after each block, shape (num_saves, n, 3),
+        and the `per_step` of every block, stacked (num_saves, save_every, …), or None.
         """
         args = self.args(inputs)
         on_save = _progress_hook(self.num_saves, self.save_every) if self.progress else None
 
         def save(carry, xs):
             index, controls = xs
-            carry = scan_steps(lambda c, u: self.step(c, args, inputs.dt, u), carry, controls, self.save_every)
+            carry, per_step = scan_steps(
+                lambda c, u: self.step(c, args, inputs.dt, u), carry, controls, self.save_every
+            )
             if on_save is not None:
                 on_save(index)
-            return carry, carry.y
+            return carry, (carry.y, per_step)
 
         xs = (jnp.arange(self.num_saves), self.controls_by_save(inputs.controls))
-        return lax.scan(save, self.init(inputs, args, result0), xs)
+        final, (ys, per_step) = lax.scan(save, self.init(inputs, args, result0), xs)
+        return final, ys, per_step
 
 
 def simulate(
@@ -266,9 +271,10 @@ def simulate(
       is a force: write it as one.) Gradients flow to the array, or to the policy's arrays.
     - `save_every`: save every k-th state; must divide `num_steps`.
     - `adjoint`: how reverse-mode differentiation stores the trajectory: `DirectAdjoint()`
-      (default; every step), `CheckpointedAdjoint(block_size)` or `ReversibleAdjoint()`
-      (memory independent of the number of steps; symmetric integrators and forces that do
-      not depend on ω only).
+      (default; every step's intermediates; forward mode too), `StepwiseAdjoint()` (the state
+      before each step; faster reverse mode, for any integrator and force),
+      `CheckpointedAdjoint(block_size)` or `ReversibleAdjoint()` (memory independent of the
+      number of steps; symmetric integrators and forces that do not depend on ω only).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
       index) if a step fails; with `throw=False` the failure is reported in `result`.
     - `progress`: say "compiling …" on stderr when compiling, then show a progress bar

@@ -178,7 +178,9 @@ def test_gradient_in_the_controls_matches_finite_differences(adjoint):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("adjoint", [s2.DirectAdjoint(), s2.CheckpointedAdjoint()], ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize(
+    "adjoint", [s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.StepwiseAdjoint()], ids=lambda a: type(a).__name__
+)
 def test_gradient_in_the_policy_weights_matches_finite_differences(adjoint):
     """A small equinox MLP u = π(q, ω) as a sampled feedback: d loss / d weights along a random direction."""
     q0, omega0 = chain.paper_state(2)

@@ -90,7 +90,7 @@ def test_adjoints_agree(case):
         type(adjoint).__name__: eqx.filter_jit(
             eqx.filter_grad(functools.partial(_loss, model, integrator, dt, "trajectory", adjoint))
         )(params)
-        for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.ReversibleAdjoint())
+        for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.ReversibleAdjoint(), s2.StepwiseAdjoint())
     }
     direct = grads.pop("DirectAdjoint")
     for name, other in grads.items():
@@ -153,6 +153,38 @@ def test_reversible_adjoint_memory_does_not_grow_with_steps():
     assert large < 1e6
     # The direct adjoint stores every step: its memory does grow.
     assert _gradient_temp_bytes(s2.DirectAdjoint(), 10_000) > 5 * _gradient_temp_bytes(s2.DirectAdjoint(), 1_000)
+
+
+@pytest.mark.slow
+def test_stepwise_adjoint_stores_states_not_intermediates():
+    stepwise = _gradient_temp_bytes(s2.StepwiseAdjoint(), 10_000)
+    direct = _gradient_temp_bytes(s2.DirectAdjoint(), 10_000)
+    # 10⁴ states of (q, ω, −∂V/∂q, f/h): 4 · 6 floats each, ~2 MB; the direct adjoint keeps
+    # every intermediate value of every step, over 10× more.
+    assert stepwise < 3e6 and 10 * stepwise < direct, (stepwise, direct)
+
+
+def test_stepwise_adjoint_with_damping_matches_finite_differences():
+    """A force that depends on ω (which `ReversibleAdjoint` refuses): d loss/d(c, g, ω₀)."""
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    params = _float_params(dsp)
+
+    def loss(x):
+        damping, g, kick = x
+        start = s2.retract_state(q0, omega0, jnp.zeros_like(q0), kick * jnp.ones_like(q0))
+        sol = s2.simulate(
+            dsp.lagrangian, *start, {**params, "g": g}, dt=0.01, num_steps=200, save_every=20,
+            force=s2.forces.LinearDamping(damping), adjoint=s2.StepwiseAdjoint(),
+        )
+        return jnp.sum(WEIGHTS.reshape(2, 6)[:, :3] * sol.q[-1]) + jnp.sum(sol.omega) / 10
+
+    x = (jnp.asarray(0.3), jnp.asarray(9.81), jnp.asarray(0.0))
+    grads = jax.grad(loss)(x)
+    for i, value in enumerate(x):
+        direction = tuple(jnp.asarray(float(j == i)) for j in range(3))
+        eps = 1e-4 * max(1.0, abs(float(value)))
+        fd = _finite_difference(loss, x, direction, eps)
+        np.testing.assert_allclose(grads[i], fd, rtol=1e-6, err_msg=f"argument {i}")
 
 
 @pytest.mark.slow
