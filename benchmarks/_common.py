@@ -34,6 +34,23 @@ def median_time(fn, repeats: int = 7) -> tuple[float, list[float]]:
     return statistics.median(times), times
 
 
+def interleaved_medians(fns: dict, repeats: int = 9) -> dict[str, tuple[float, list[float]]]:
+    """`median_time` for several functions at once, their runs interleaved round-robin, so that
+    the load of other processes on a shared machine falls on all of them alike.
+
+    **Returns:** name → (median wall time, all times).
+    """
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(ts), ts) for name, ts in times.items()}
+
+
 def _cpu_model() -> str:
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():

@@ -2,7 +2,8 @@
 
     python benchmarks/gradients.py [--quick]
 
-Same process, float64, CPU, medians of 5 runs after a warm-up:
+Same process, float64, CPU, medians of 9 runs after a warm-up, the runs of all the timed
+functions interleaved round-robin (the machine is shared and its load varies):
 
 - forward time of the variational integrator (h = 0.01, 10⁴ steps, T = 100 s) from a regular
   motion about hanging (see Q0 below for why not the chaotic paper state);
@@ -30,7 +31,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import optimistix as optx  # noqa: E402
-from _common import diffrax_solve, jit, median_time, write  # noqa: E402
+from _common import diffrax_solve, interleaved_medians, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -48,6 +49,7 @@ WEIGHTS = jnp.arange(1.0, 7.0).reshape(2, 3)
 Q0 = s2.cayley_rotate(jnp.array([[0.15, 0.0, 0.0], [0.2, 0.05, 0.0]]), jnp.array([[0.0, 0.0, 1.0]] * 2))
 OMEGA0 = s2.project_tangent(Q0, jnp.array([[0.0, 0.2, 0.0], [0.1, 0.0, 0.0]]))
 PARAMS = {k: jnp.asarray(v) for k, v in dsp.paper_params().items()}
+REPEATS = 9  # interleaved runs per timing (medians)
 
 
 def vi_loss(params, adjoint, num_steps):
@@ -114,38 +116,45 @@ def main():
     quick = parser.parse_args().quick
     num_steps = 100 if quick else NUM_STEPS
     results = {"num_steps": num_steps, "dt": DT}
-    forward = jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
-    results["forward_s"], _ = median_time(lambda: forward(PARAMS), repeats=5)
-    print(f"VI forward, {num_steps} steps: {results['forward_s']:.3f} s")
-    for adjoint in (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.StepwiseAdjoint(), s2.ReversibleAdjoint()):
-        name = type(adjoint).__name__
-        grad = jit(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)))
-        seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
-        memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)), PARAMS)
-        memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps // 10)), PARAMS)
-        results[name] = {
-            "grad_s": seconds, "grad_over_forward": seconds / results["forward_s"],
-            "temp_bytes": memory, f"temp_bytes_{num_steps // 10}_steps": memory_small,
-        }
-        print(f"{name:20s} grad {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward, "
-              f"XLA temp {memory / 1e6:.3f} MB ({memory_small / 1e6:.3f} MB at {num_steps // 10} steps)")
-
+    adjoints = (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.StepwiseAdjoint(), s2.ReversibleAdjoint())
     keys = ("m2", "l1", "l2", "g")
 
     def loss_of_four(x):
         return vi_loss({**PARAMS, **dict(zip(keys, x))}, s2.DirectAdjoint(), num_steps)
 
+    four = jnp.stack([PARAMS[k] for k in keys])
+    forward = jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
+    grads = {type(a).__name__: jit(jax.grad(lambda p, a=a: vi_loss(p, a, num_steps))) for a in adjoints}
     # jax.jacfwd pushes the four tangents through one forward pass (batched JVPs).
     jacobian = jit(jax.jacfwd(loss_of_four))
-    four = jnp.stack([PARAMS[k] for k in keys])
-    seconds, _ = median_time(lambda: jacobian(four), repeats=5)
+    tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
+    tsit5 = jit(tsit5_grad)
+    # All timings interleaved round-robin: the shared machine's load falls on all alike.
+    timed = interleaved_medians(
+        {"forward": lambda: forward(PARAMS), "forward_mode": lambda: jacobian(four), "tsit5": lambda: tsit5(PARAMS)}
+        | {name: (lambda g=g: g(PARAMS)) for name, g in grads.items()},
+        repeats=REPEATS,
+    )
+    results["forward_s"] = timed["forward"][0]
+    print(f"VI forward, {num_steps} steps: {results['forward_s']:.3f} s")
+    for adjoint in adjoints:
+        name = type(adjoint).__name__
+        seconds = timed[name][0]
+        memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)), PARAMS)
+        memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps // 10)), PARAMS)
+        results[name] = {
+            "grad_s": seconds, "grad_over_forward": seconds / results["forward_s"],
+            "temp_bytes": memory, f"temp_bytes_{num_steps // 10}_steps": memory_small, "times_s": timed[name][1],
+        }
+        print(f"{name:20s} grad {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward, "
+              f"XLA temp {memory / 1e6:.3f} MB ({memory_small / 1e6:.3f} MB at {num_steps // 10} steps)")
+
+    seconds = timed["forward_mode"][0]
     results["forward_mode_4_params_s"] = seconds
     results["forward_mode_over_forward"] = seconds / results["forward_s"]
     print(f"forward mode, 4 params: {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward")
 
-    tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
-    grad = jit(tsit5_grad)
-    seconds, _ = median_time(lambda: grad(PARAMS), repeats=5)
+    seconds = timed["tsit5"][0]
     results["diffrax_tsit5_grad_s"] = seconds
     results["diffrax_tsit5_temp_bytes"] = temp_bytes(tsit5_grad, PARAMS)
     print(f"diffrax Tsit5 (1e-9) + RecursiveCheckpointAdjoint grad: {seconds:.3f} s, "
@@ -153,7 +162,8 @@ def main():
 
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})
-    path = write("gradients", {"method": "medians of 5 runs after a warm-up", "results": results}, quick=quick)
+    method = f"medians of {REPEATS} interleaved runs after a warm-up"
+    path = write("gradients", {"method": method, "results": results}, quick=quick)
     print(f"wrote {path}")
 
 

@@ -4,17 +4,19 @@
 
 1. Double spherical pendulum (002 Example 1, h = 0.01): a hand-written RK4 whose 2-body
    solve of (2.11) is written in closed form (a Schur complement on body 2 with the 3 × 3
-   inverse as cross products) in a `lax.scan` — the fastest fair form of the baseline — against
-   s2jax's `RungeKutta4` and `VariationalIntegrator`, both through `simulate`; and the order-4
-   composition `Composition(VariationalIntegrator(), order=4)` at the same h, in VI steps.
+   inverse as cross products) in a `lax.scan` — the fastest fair form of the baseline, compiled
+   with the same XLA options — against s2jax's `RungeKutta4` and `VariationalIntegrator`, both
+   through `simulate`; and the order-4 composition `Composition(VariationalIntegrator(),
+   order=4)` at the same h, in VI steps. Per step both per whole call and marginally.
 2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
    `RungeKutta4`, both through `simulate`, per step as (t(2N) − t(N)) / N so that simulate's
    eager checks (which cost milliseconds at n = 256) do not count.
 3. 642 Lennard-Jones molecules (002 Example 6, h = 0.005) with simulate's default integrator, 1000 steps,
    and the cost of simulate's eager checks for that n.
 
-Every time is the median of 7 runs after a warm-up; the load average is recorded, because the
-machine is shared: ratios within this process matter more than absolute µs.
+Every time is the median of 11 runs after a warm-up, the runs of the methods compared
+interleaved round-robin (5 for Lennard-Jones); the load average is recorded, because the machine
+is shared: ratios within this process matter more than absolute µs.
 Results go to benchmarks/results/step_speed.json (`--quick`: few steps, a temporary folder).
 """
 
@@ -28,17 +30,14 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import jit, median_time, write  # noqa: E402
+from _common import interleaved_medians, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax._block_elimination import inverse_3x3  # noqa: E402
 from s2jax._form_check import check_lagrangian_form  # noqa: E402
 from s2jax.models import chain_pendulum, double_spherical_pendulum, lennard_jones_on_sphere  # noqa: E402
 
-
-def _per_step(fn, num_steps):
-    seconds, times = median_time(fn)
-    return 1e6 * seconds / num_steps, [1e6 * t / num_steps for t in times]
+REPEATS = 11  # interleaved runs per timing (medians)
 
 
 def hand_written_rk4(num_steps, dt=0.01):
@@ -95,33 +94,50 @@ def through_simulate(model, params, q0, w0, integrator, dt, num_steps):
 
 
 def double_pendulum(num_steps):
+    """µs per step two ways: per whole call of `num_steps` steps (simulate's eager checks, about
+    1 ms per call, included for s2jax and absent for the hand-written RK4), and marginal, as
+    (t(2N) − t(N))/N, the cost of a step itself, which the targets are about."""
     model = double_spherical_pendulum
     params = model.paper_params()
     q0, w0 = model.paper_state()
     run, y0 = hand_written_rk4(num_steps)
-    hand, hand_runs = _per_step(lambda: run(*y0), num_steps)
     # The hand-written RK4 and RungeKutta4 integrate the same equations: check it.
     q_hand = np.asarray(run(*y0)[0])
     q_rk4 = np.asarray(through_simulate(model, params, q0, w0, s2.RungeKutta4(), 0.01, num_steps)()[-1])
     assert np.max(np.abs(q_hand - q_rk4)) < 1e-9, np.max(np.abs(q_hand - q_rk4))
-    rk4, rk4_runs = _per_step(through_simulate(model, params, q0, w0, s2.RungeKutta4(), 0.01, num_steps), num_steps)
-    vi, vi_runs = _per_step(
-        through_simulate(model, params, q0, w0, s2.VariationalIntegrator(), 0.01, num_steps), num_steps
-    )
-    # Yoshida's order-4 composition at the same h: three VI sub-steps, two of them longer (|γ| > 1).
-    vi4, vi4_runs = _per_step(
-        through_simulate(model, params, q0, w0, s2.Composition(s2.VariationalIntegrator(), order=4), 0.01, num_steps),
-        num_steps,
-    )
-    print(
-        f"double pendulum: hand RK4 {hand:.3f} µs/step | RungeKutta4 {rk4:.3f} ({rk4 / hand:.2f}×) | "
-        f"VI {vi:.3f} ({vi / hand:.2f}×) | VI-4 {vi4:.3f} ({vi4 / vi:.2f} VI steps)"
-    )
+
+    def hand_run(k):
+        fn, y = hand_written_rk4(k)
+        return lambda: fn(*y)
+
+    integrators = {
+        "runge_kutta4": s2.RungeKutta4(),
+        "vi": s2.VariationalIntegrator(),
+        # Yoshida's order-4 composition at the same h: three VI sub-steps, two longer (|γ| > 1).
+        "vi4": s2.Composition(s2.VariationalIntegrator(), order=4),
+    }
+    makers = {"hand_written_rk4": hand_run} | {
+        name: (lambda k, i=integrator: through_simulate(model, params, q0, w0, i, 0.01, k))
+        for name, integrator in integrators.items()
+    }
+    runs = {(name, k): make(k) for name, make in makers.items() for k in (num_steps, 2 * num_steps)}
+    timed = interleaved_medians(runs, repeats=REPEATS)
+    whole = {name: timed[name, num_steps][0] * 1e6 / num_steps for name in makers}
+    marginal = {name: (timed[name, 2 * num_steps][0] - timed[name, num_steps][0]) * 1e6 / num_steps for name in makers}
+    for label, table in (("whole calls", whole), ("marginal", marginal)):
+        hand, rk4, vi, vi4 = (table[k] for k in ("hand_written_rk4", "runge_kutta4", "vi", "vi4"))
+        print(
+            f"double pendulum ({label}): hand RK4 {hand:.3f} µs/step | RungeKutta4 {rk4:.3f} ({rk4 / hand:.2f}×) | "
+            f"VI {vi:.3f} ({vi / hand:.2f}×) | VI-4 {vi4:.3f} ({vi4 / vi:.2f} VI steps)"
+        )
     return {
         "dt": 0.01, "num_steps": num_steps,
-        "hand_written_rk4_us": hand, "runge_kutta4_us": rk4, "vi_us": vi, "vi4_us": vi4,
-        "runge_kutta4_over_hand": rk4 / hand, "vi_over_hand": vi / hand, "vi4_over_vi": vi4 / vi,
-        "runs_us": {"hand_written_rk4": hand_runs, "runge_kutta4": rk4_runs, "vi": vi_runs, "vi4": vi4_runs},
+        "marginal_us": marginal,
+        "marginal_runge_kutta4_over_hand": marginal["runge_kutta4"] / marginal["hand_written_rk4"],
+        "marginal_vi_over_hand": marginal["vi"] / marginal["hand_written_rk4"],
+        "marginal_vi4_over_vi": marginal["vi4"] / marginal["vi"],
+        "whole_call_us": whole,
+        "runs_s": {f"{name}_{k}_steps": ts for (name, k), (_, ts) in timed.items()},
     }
 
 
@@ -132,6 +148,14 @@ def _marginal_per_step(make_run, steps):
     return 1e6 * (long - short) / steps
 
 
+def _marginal_pair(makers: dict, steps):
+    """`_marginal_per_step` for each maker, all their runs interleaved (`interleaved_medians`)."""
+    timed = interleaved_medians(
+        {(name, k): make(k) for name, make in makers.items() for k in (steps, 2 * steps)}, repeats=REPEATS
+    )
+    return {name: 1e6 * (timed[name, 2 * steps][0] - timed[name, steps][0]) / steps for name in makers}
+
+
 def chains(sizes, num_steps):
     results = {}
     for n in sizes:
@@ -139,12 +163,14 @@ def chains(sizes, num_steps):
         q0, w0 = chain_pendulum.paper_state(n)
         steps = num_steps if n <= 16 else max(num_steps // 10, 200)
         start = time.perf_counter()
-        vi = _marginal_per_step(
-            lambda k: through_simulate(chain_pendulum, params, q0, w0, s2.VariationalIntegrator(), 0.01, k), steps
+        marginal = _marginal_pair(
+            {
+                name: (lambda k, i=integrator: through_simulate(chain_pendulum, params, q0, w0, i, 0.01, k))
+                for name, integrator in (("vi", s2.VariationalIntegrator()), ("rk4", s2.RungeKutta4()))
+            },
+            steps,
         )
-        rk4 = _marginal_per_step(
-            lambda k: through_simulate(chain_pendulum, params, q0, w0, s2.RungeKutta4(), 0.01, k), steps
-        )
+        vi, rk4 = marginal["vi"], marginal["rk4"]
         seconds = time.perf_counter() - start
         print(f"chain n = {n:3d}: VI {vi:9.2f} µs/step | RK4 {rk4:9.2f} | VI/RK4 {vi / rk4:.2f} ({seconds:.0f} s)")
         results[str(n)] = {"num_steps": [steps, 2 * steps], "vi_us": vi, "rk4_us": rk4, "vi_over_rk4": vi / rk4}
