@@ -79,6 +79,34 @@ def inertia_times(
     return lengths[:, None] * (carried[:, None] * prefix + suffix)
 
 
+def two_body_solve(
+    q: Float[Array, "2 3"], rhs: Float[Array, "2 3"], inertia: Float[Array, "2 2"]
+) -> Float[Array, "2 3"]:
+    """Solve A(q) ω = rhs for two bodies in closed form (any M; |q_i| = 1 assumed).
+
+    Row i of A ω is M_ii ω_i + M_ij B_ij ω_j with B_ij x = −q̂_i q̂_j x = c x − q_j (q_i·x),
+    c = q₁·q₂ (002 (2.11)/(3.13)). B_ij annihilates q_j and maps into T_{q_i}S², so the normal
+    parts are ω_i·q_i = rhs_i·q_i / M_ii and the tangential parts a, b solve
+    M₁₁ a + M₁₂ B₁₂ b = r₁, M₂₂ b + M₁₂ B₂₁ a = r₂ (r_i the tangential part of rhs_i).
+    Eliminating b, (M₁₁ − k B₁₂B₂₁) a = s with k = M₁₂²/M₂₂, s = r₁ − (M₁₂/M₂₂) B₁₂ r₂, and on
+    T_{q₁}S², B₁₂B₂₁ = c² I + w wᵀ with w = q₂ − c q₁ (|w|² = 1 − c²), which Sherman–Morrison
+    inverts: a = (s + k w (w·s)/(M₁₁ − k)) / (M₁₁ − k c²); then b = (r₂ − M₁₂ B₂₁ a)/M₂₂.
+    M positive definite makes both denominators positive. A few vector operations, against a
+    6 × 6 block elimination.
+    """
+    q1, q2 = q[0], q[1]
+    m11, m12, m22 = inertia[0, 0], inertia[0, 1], inertia[1, 1]
+    c = jnp.dot(q1, q2)
+    n1, n2 = jnp.dot(q1, rhs[0]), jnp.dot(q2, rhs[1])
+    r1, r2 = rhs[0] - n1 * q1, rhs[1] - n2 * q2
+    k = m12 * m12 / m22
+    s = r1 - (m12 / m22) * (c * r2 - q2 * jnp.dot(q1, r2))
+    w = q2 - c * q1
+    a = (s + (k * jnp.dot(w, s) / (m11 - k)) * w) / (m11 - k * c * c)
+    b = (r2 - m12 * (c * a - q1 * jnp.dot(q2, a))) / m22
+    return jnp.stack([a + (n1 / m11) * q1, b + (n2 / m22) * q2])
+
+
 def chain_solve(
     q: Float[Array, "n 3"],
     rhs: Float[Array, "n 3"],

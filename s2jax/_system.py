@@ -28,7 +28,14 @@ from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._geometry import dot, project_tangent
-from ._structured_solve import MIN_CHAIN_BODIES, chain_factors, chain_parameters, chain_solve, inertia_times
+from ._structured_solve import (
+    MIN_CHAIN_BODIES,
+    chain_factors,
+    chain_parameters,
+    chain_solve,
+    inertia_times,
+    two_body_solve,
+)
 
 
 class SystemArgs(eqx.Module):
@@ -159,12 +166,16 @@ class LagrangianSystem(AbstractSystem):
     def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
         """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13).
 
-        The O(n) recursion of `chain_solve` when M is a chain's (from `MIN_CHAIN_BODIES` links;
-        it assumes |q_i| = 1, which Runge–Kutta methods keep to their order only); otherwise
-        `block_solve` (unrolled 3 × 3 elimination for few bodies, dense LU beyond).
+        The O(n) recursion of `chain_solve` when M is a chain's (from `MIN_CHAIN_BODIES` links),
+        the closed form of `two_body_solve` for two bodies (both assume |q_i| = 1: off the
+        sphere, at the stages of Runge–Kutta methods, they are a smooth extension of the
+        operator, which leaves the methods' order alone); otherwise `block_solve` (unrolled
+        3 × 3 elimination for few bodies, dense LU beyond).
         """
         if args.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
             return chain_solve(q, rhs, *args.chain)
+        if q.shape[0] == 2:
+            return two_body_solve(q, rhs, self.inertia(q, args))
         return block_solve(self.angular_velocity_operator(q, args), rhs)
 
     def potential(self, q: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, ""]:
