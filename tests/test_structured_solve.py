@@ -52,9 +52,10 @@ def test_chain_solve_equals_dense_solve(n):
     assert float(jnp.max(jnp.abs(residual))) <= bound
 
 
-@pytest.mark.parametrize("n", [3, 8, 64])
+@pytest.mark.parametrize("n", [2, 3, 8, 64])
 def test_chain_inertia_times_equals_the_dense_product(n):
-    """The O(n) prefix/suffix-sum product M x of a chain against the dense matrix product."""
+    """M x by `inertia_times` (written out for two bodies, by O(n) prefix/suffix sums for a
+    chain of three or more) against the dense matrix product."""
     key_chain, key_x = jax.random.split(jax.random.PRNGKey(100 + n))
     inertia = _random_chain(key_chain, n)
     x = jax.random.normal(key_x, (n, 3))
