@@ -106,9 +106,9 @@ class StepwiseAdjoint(AbstractAdjoint):
     step in turn, recomputing that step from its stored state (with the implicit-function
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
     bodies about 12n floats per step: 1.9 MB for 10⁴ steps of the double pendulum, against
-    31 MB for `DirectAdjoint`). Time, measured on 002 Example 1 over 10⁴ steps
-    (`benchmarks/gradients.py`): 6.6× the forward pass, against 10.8× for `DirectAdjoint`,
-    9.8× for `CheckpointedAdjoint` and 4.2× for `ReversibleAdjoint`.
+    19 MB for `DirectAdjoint`). Time, measured on 002 Example 1 over 10⁴ steps
+    (`benchmarks/gradients.py`, 2-core CPU): 7.3× the forward pass, against 9.1× for
+    `DirectAdjoint`, 9.5× for `CheckpointedAdjoint` and 4.6× for `ReversibleAdjoint`.
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step
     integrator, forces that depend on ω and feedback policies, and is exact on chaotic
