@@ -62,7 +62,8 @@ class AbstractAdjoint(eqx.Module):
 
 
 class DirectAdjoint(AbstractAdjoint):
-    """Reverse mode through the `lax.scan` as it is: stores every step. Fastest for short runs."""
+    """Reverse mode through the `lax.scan` as it is: stores every step's intermediate values.
+    The default, and the adjoint for forward mode (`jax.jvp`, `jax.jacfwd`)."""
 
     def loop(self, loop, inputs, result0):
         return loop.run(inputs, result0, _scan_steps)[:2]
