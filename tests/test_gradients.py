@@ -109,8 +109,10 @@ def test_adjoints_agree_under_vmap():
 
     direct = jax.jit(jax.vmap(functools.partial(gradient, s2.DirectAdjoint())))(lengths)
     reversible = jax.jit(jax.vmap(functools.partial(gradient, s2.ReversibleAdjoint())))(lengths)
+    stepwise = jax.jit(jax.vmap(functools.partial(gradient, s2.StepwiseAdjoint())))(lengths)
     for key in ("m2", "l1", "g"):
         np.testing.assert_allclose(reversible[key], direct[key], rtol=1e-8)
+        np.testing.assert_allclose(stepwise[key], direct[key], rtol=1e-8)
     # And each batch member is the unbatched gradient. Not bitwise: XLA compiles the batched
     # and unbatched elementwise code of the closed-form Newton step differently (last-bit
     # differences), which can change when Newton's 1e-12 stopping test passes and so the
