@@ -1,5 +1,6 @@
 """s2jax: differentiable variational integrators for mechanical systems on (S²)ⁿ."""
 
+
 from . import control as control, fit as fit, forces as forces, io as io, models as models
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
@@ -50,7 +51,7 @@ from ._integrators import (
     StormerVerlet as StormerVerlet,
     VariationalIntegrator as VariationalIntegrator,
 )
-from ._jit import compiler_options as compiler_options
+from ._jit import compiler_options as compiler_options, configure_xla_flags as _configure_xla_flags
 from ._results import RESULTS as RESULTS
 from ._simulate import Solution as Solution, simulate as simulate
 from ._system import (
@@ -59,6 +60,10 @@ from ._system import (
     SystemArgs as SystemArgs,
 )
 from ._validation import check_initial_state as check_initial_state
+
+# No module above starts a JAX backend on import, so this runs before any can: XLA reads its
+# flags once, when the first backend starts (see `_jit`).
+_configure_xla_flags()
 
 __version__ = "0.1.0"
 

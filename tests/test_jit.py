@@ -44,3 +44,59 @@ def test_gradients_eager_and_jitted_agree():
     jitted = jax.jit(jax.grad(loss))(params)
     for key in params:
         np.testing.assert_allclose(jitted[key], eager[key], rtol=1e-10, atol=1e-14)
+
+
+def test_loop_option_is_merged_into_xla_flags():
+    from s2jax._jit import LOOP_BYTES, LOOP_BYTES_OPTION, _with_loop_option
+
+    ours = f"{LOOP_BYTES_OPTION}={LOOP_BYTES}"
+    assert _with_loop_option("") == f"--xla_backend_extra_options={ours}"
+    assert _with_loop_option("--xla_force_host_platform_device_count=4") == (
+        f"--xla_force_host_platform_device_count=4 --xla_backend_extra_options={ours}"
+    )
+    # XLA reads one extra-options flag, a comma-separated list: ours joins the user's.
+    assert _with_loop_option("--xla_backend_extra_options=a=1 --x=2") == f"--xla_backend_extra_options=a=1,{ours} --x=2"
+    # A threshold the user chose is theirs.
+    mine = f"--xla_backend_extra_options={LOOP_BYTES_OPTION}=5"
+    assert _with_loop_option(mine) == mine
+
+
+_HOISTED_PROBE = """
+import warnings, jax
+jax.config.update("jax_enable_x64", True)
+if {start_backend}:
+    jax.numpy.zeros(1)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import s2jax
+print("warned" if any("loop threshold" in str(w.message) for w in caught) else "quiet")
+# A scan whose loop moves ~5 kB: above XLA's default threshold (1 kB), below s2jax's.
+text = jax.jit(lambda x: jax.lax.scan(lambda c, _: (0.5 * c + 1.0, None), x, length=100)[0]).lower(
+    jax.numpy.ones((100, 3))).compile().as_text()
+print("hoisted" if "xla_cpu_small_call" in text else "not hoisted")
+"""
+
+
+def _probe(start_backend, **env):
+    import os
+    import subprocess
+    import sys
+
+    # The option is the CPU compiler's: probe on CPU whatever accelerator the machine has.
+    environment = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "S2JAX_KEEP_XLA_FLAGS")}
+    environment |= {"JAX_PLATFORMS": "cpu"} | env
+    result = subprocess.run(
+        [sys.executable, "-c", _HOISTED_PROBE.format(start_backend=start_backend)],
+        env=environment, capture_output=True, text=True, check=True,
+    )
+    return result.stdout.split()
+
+
+def test_importing_s2jax_makes_xla_compile_small_loops_whole():
+    """XLA's CPU compiler runs a while loop as one function only below a byte threshold, which
+    s2jax raises at import through XLA_FLAGS (`_jit.configure_xla_flags`): checked on the compiled
+    program, so that a jaxlib which drops or renames the option fails here."""
+    assert _probe(False) == ["quiet", "hoisted"]
+    assert _probe(False, S2JAX_KEEP_XLA_FLAGS="1") == ["quiet", "not", "hoisted"]
+    # Too late once a backend runs: a warning, and the default threshold.
+    assert _probe(True) == ["warned", "not", "hoisted"]
