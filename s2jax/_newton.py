@@ -28,6 +28,7 @@ def newton_root(
     jacobian: Callable[[Float[Array, "n 3"]], Float[Array, "n n 3 3"]] | None = None,
     unrolled: int = 0,
     approximate_inverse: Callable[[Float[Array, "n 3"]], Float[Array, "n 3"]] | None = None,
+    jacobian_solve: Callable[[Float[Array, "n 3"], Float[Array, "n 3"]], Float[Array, "n 3"]] | None = None,
 ) -> tuple[Float[Array, "n 3"], Int[Array, ""], jax.Array]:
     """Find x with residual(x) = 0 for x of shape (n, 3).
 
@@ -40,7 +41,9 @@ def newton_root(
     Jacobian at the starting point, or an O(n) structured solve) the updates are
     δ = −approximate_inverse(r(x)) instead (a chord, or simplified Newton, iteration). It
     converges linearly, at a rate θ set by how far the approximation is from the Jacobian at
-    the root, so it stops only once |δ_j| ≤ tol, where the error left is |δ_j| θ.
+    the root, so it stops only once |δ_j| ≤ tol, where the error left is |δ_j| θ. With
+    `jacobian_solve(x, r)`, the Newton step J(x)⁻¹ r in closed form (a structured solve that
+    never forms J), each iteration is a full Newton step without a Jacobian in memory.
 
     With δ_j the j-th update and tol = atol + rtol·max|x|, Newton stops once the error left
     after the update is estimated below tol: either |δ_j| ≤ tol (the error left is then
@@ -79,6 +82,8 @@ def newton_root(
             x, step, size, _ = carry
             if approximate_inverse is not None:
                 delta = approximate_inverse(-fn(x))
+            elif jacobian_solve is not None:
+                delta = jacobian_solve(x, -fn(x))
             elif jacobian is None:
                 delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
             else:

@@ -114,6 +114,52 @@ def two_body_solve(
     return jnp.stack([a + (n1 / m11) * q1, b + (n2 / m22) * q2])
 
 
+def _articulated_sweeps(
+    q: Float[Array, "n 3"], p: Float[Array, "n 3"] | None, g: Float[Array, "n 3"], masses: Float[Array, " n"]
+) -> Float[Array, "n 3"]:
+    """u = (l_i v_i) with P_{q_i} Π_i = g_i and p_i·u_i = 0 (`p` None: p = q), in two sweeps.
+
+    The recursion of the module docstring with the unknowns in the planes ⊥ p_i rather than
+    ⊥ q_i: the articulated inertia beyond joint i + 1 is then κ q pᵀ, not symmetric, so
+    with J = m I + κ q_{i+1} p_{i+1}ᵀ both w_i = J⁻¹ q_i and w̃_i = J⁻ᵀ p_i enter:
+    s_i = p_i·w_i, κ_i = 1/s_i, z_i = g_i − q_i (w̃_i·(g_i − z_{i+1}))/s_i and
+    u_i = J⁻¹ r_i − X_{i−1} + w_i (p_i·X_{i−1} − w̃_i·r_i)/s_i with r_i = g_i − z_{i+1}.
+    """
+    symmetric = p is None
+    p = q if symmetric else p
+    zero = jnp.zeros((1, 3), q.dtype)
+    q_next, p_next = jnp.concatenate([q[1:], zero]), jnp.concatenate([p[1:], zero])
+
+    def solve_j(m, kappa, a, b, x):
+        # (m I + κ a bᵀ)⁻¹ x by Sherman–Morrison (κ = 0 beyond the tip).
+        return (x - (kappa / (m + kappa * dot(a, b))) * dot(b, x) * a) / m
+
+    def backward(carry, link):
+        kappa, z = carry
+        qi, pi, gi, m, qn, pn = link
+        w = solve_j(m, kappa, qn, pn, qi)
+        w_adjoint = w if symmetric else solve_j(m, kappa, pn, qn, pi)
+        s = dot(pi, w)
+        return (1.0 / s, gi - qi * (dot(w_adjoint, gi - z) / s)), (w, w_adjoint, s, kappa, z)
+
+    start = (jnp.zeros((), q.dtype), jnp.zeros(3, q.dtype))
+    _, (w, w_adjoint, s, kappa, z) = lax.scan(backward, start, (q, p, g, masses, q_next, p_next), reverse=True)
+
+    def forward(x, link):
+        pi, gi, m, qn, pn, wi, wai, si, ki, zi = link
+        r = gi - zi
+        u = solve_j(m, ki, qn, pn, r) - x + wi * ((dot(pi, x) - dot(wai, r)) / si)
+        return x + u, u
+
+    _, u = lax.scan(forward, jnp.zeros(3, q.dtype), (p, g, masses, q_next, p_next, w, w_adjoint, s, kappa, z))
+    return u
+
+
+def _link_masses(carried: Float[Array, " n"]) -> Float[Array, " n"]:
+    """m_i = c_i − c_{i+1}."""
+    return carried - jnp.concatenate([carried[1:], jnp.zeros(1, carried.dtype)])
+
+
 def chain_solve(
     q: Float[Array, "n 3"],
     rhs: Float[Array, "n 3"],
@@ -126,32 +172,29 @@ def chain_solve(
 
     **Returns:** ω, shape (n, 3).
     """
-    masses = carried - jnp.concatenate([carried[1:], jnp.zeros(1, carried.dtype)])
     g = -jnp.cross(q, rhs) / lengths[:, None]
-    # q_{i+1}, with a zero beyond the tip (where κ = 0 anyway).
-    q_next = jnp.concatenate([q[1:], jnp.zeros((1, 3), q.dtype)])
-
-    def inverse_j(m, kappa, qn, x):
-        # (m I + κ qn qnᵀ)⁻¹ x by Sherman–Morrison (|qn| = 1 or κ = 0).
-        return (x - (kappa / (m + kappa)) * dot(qn, x)[..., None] * qn) / m
-
-    def backward(carry, link):
-        kappa, z = carry
-        qi, gi, m, qn = link
-        w = inverse_j(m, kappa, qn, qi)
-        s = dot(qi, w)
-        z_out = gi - qi * (dot(w, gi - z) / s)
-        return (1.0 / s, z_out), (w, s, kappa, z)
-
-    start = (jnp.zeros((), q.dtype), jnp.zeros(3, q.dtype))
-    _, (w, s, kappa, z) = lax.scan(backward, start, (q, g, masses, q_next), reverse=True)
-
-    def forward(x, link):
-        qi, gi, m, qn, wi, si, ki, zi = link
-        r = gi - zi - (m * x + ki * dot(qn, x) * qn)
-        u = inverse_j(m, ki, qn, r) - wi * (dot(wi, r) / si)
-        return x + u, u
-
-    _, u = lax.scan(forward, jnp.zeros(3, q.dtype), (q, g, masses, q_next, w, s, kappa, z))
+    u = _articulated_sweeps(q, None, g, _link_masses(carried))
     normal = dot(q, rhs)[:, None] * q / (carried * lengths**2)[:, None]
     return jnp.cross(q, u / lengths[:, None]) + normal
+
+
+def tilted_chain_solve(
+    q: Float[Array, "n 3"],
+    p: Float[Array, "n 3"],
+    g: Float[Array, "n 3"],
+    lengths: Float[Array, " n"],
+    carried: Float[Array, " n"],
+) -> Float[Array, "n 3"]:
+    """v with v_i ⊥ p_i and P_{q_i} (M v)_i = g_i, for a chain's M, in O(n) (`_articulated_sweeps`).
+
+    For p = q this is the tangential part of (2.11)'s solve. With p_i = q_{i,k+1} it is the
+    Newton step of (3.16) written in the displacements (`variational._chain_newton`): the rows
+    are projected at q_k, the unknowns vary along the sphere at q_{k+1}. Needs p_i·q_i > 0
+    (the two points on the same hemisphere), true for any step that (3.16) can take.
+
+    **Arguments:** unit vectors `q`, `p`; `g` tangent at q; `lengths`, `carried`: l and c of M.
+
+    **Returns:** v, shape (n, 3).
+    """
+    u = _articulated_sweeps(q, p, g / lengths[:, None], _link_masses(carried))
+    return u / lengths[:, None]

@@ -7,7 +7,14 @@ import pytest
 from double_pendulum_reference import solve as reference_solve
 
 import s2jax as s2
-from s2jax._structured_solve import chain_factors, chain_parameters, chain_solve, inertia_times, two_body_solve
+from s2jax._structured_solve import (
+    chain_factors,
+    chain_parameters,
+    chain_solve,
+    inertia_times,
+    tilted_chain_solve,
+    two_body_solve,
+)
 
 cp = s2.models.chain_pendulum
 
@@ -50,6 +57,34 @@ def test_chain_solve_equals_dense_solve(n):
     residual = (dense @ solved.reshape(-1)).reshape(n, 3) - rhs
     bound = n * 2.2e-16 * float(jnp.max(jnp.abs(dense))) * float(jnp.max(jnp.abs(solved))) * 3 * n
     assert float(jnp.max(jnp.abs(residual))) <= bound
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 64])
+def test_tilted_chain_solve_equals_dense_solve(n):
+    """v ⊥ p_i with P_{q_i}(M v)_i = g_i, against the square dense system whose row i is
+    P_{q_i}(M v)_i + q_i (p_i·v_i) = g_i (g_i ⊥ q_i, so its normal part pins p_i·v_i = 0)."""
+    key_chain, key_q, key_p, key_g = jax.random.split(jax.random.PRNGKey(200 + n), 4)
+    inertia = _random_chain(key_chain, n)
+    q, _ = s2.random_state(key_q, n)
+    # p near q, as q_{k+1} is near q_k in a step of (3.16).
+    p = q + 0.3 * jax.random.normal(key_p, (n, 3))
+    p = p / jnp.linalg.norm(p, axis=-1, keepdims=True)
+    g = s2.project_tangent(q, jax.random.normal(key_g, (n, 3)))
+    projections = jnp.eye(3)[None] - q[:, :, None] * q[:, None, :]
+    blocks = inertia[:, :, None, None] * projections[:, None]
+    blocks = blocks + jnp.eye(n)[:, :, None, None] * (q[:, :, None] * p[:, None, :])[:, None]
+    dense = jnp.transpose(blocks, (0, 2, 1, 3)).reshape(3 * n, 3 * n)
+    expected = jnp.linalg.solve(dense, g.reshape(3 * n)).reshape(n, 3)
+    solved = tilted_chain_solve(q, p, g, *chain_parameters(inertia))
+    scale = float(jnp.max(jnp.abs(expected))) * float(jnp.linalg.cond(dense))
+    np.testing.assert_allclose(solved, expected, rtol=0, atol=1e-14 * scale)
+    np.testing.assert_allclose(jnp.sum(solved * p, axis=-1), 0.0, rtol=0, atol=1e-14 * float(jnp.max(jnp.abs(solved))))
+    # With p = q it is the tangential part of `chain_solve`'s solution of A ω = b, v = ω × q.
+    b = jnp.cross(q, g)  # A ω = b has P(M v) = −q × b = g, v = ω × q (module docstring)
+    omega = chain_solve(q, b, *chain_parameters(inertia))
+    np.testing.assert_allclose(
+        tilted_chain_solve(q, q, g, *chain_parameters(inertia)), jnp.cross(omega, q), rtol=0, atol=1e-13 * scale
+    )
 
 
 @pytest.mark.parametrize("n", [2, 3, 8, 64])
@@ -148,7 +183,8 @@ def test_simulate_uses_the_chain_solve_and_matches_a_dense_system():
 
 @pytest.mark.slow
 def test_chain_vi_matches_dense_newton_over_200_steps():
-    """The chord iterations with the O(n) solve reach the same trajectory as dense Newton."""
+    """Newton's method on the displacements with the O(n) tilted solve (`_chain_newton`) reaches
+    the same trajectory as the chord iterations with the dense Jacobian of (3.16)."""
     n = 16
     params = cp.paper_params(n)
     q0, omega0 = cp.paper_state(n)

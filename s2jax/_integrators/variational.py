@@ -27,7 +27,7 @@ from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
-from .._structured_solve import MIN_CHAIN_BODIES, chain_solve, inertia_times
+from .._structured_solve import MIN_CHAIN_BODIES, inertia_times, tilted_chain_solve
 from .base import AbstractIntegrator, check_finite
 
 
@@ -82,18 +82,70 @@ def cayley_jacobian(
     return jnp.where(is_diag, diag[:, None], off)
 
 
-def _chord_solve(f0, q, inertia, args):
-    """The fixed approximate inverse Jacobian of (3.16) that the step's chord iterations use.
-
-    For a chain, r ↦ A(q_k)⁻¹ r / 2 in O(n): the Jacobian at f is 2A(q_k) + O(|f|), so the
-    iterations contract by O(h|ω|), each O(n) against O(n³) for a dense Newton step.
-    Otherwise the closed-form Jacobian at the starting point f0 (the previous step's f, off
-    the root by O(h²)), factorised once (`block_factor`): the iterations contract by O(|f0 −
-    f*|), nearly as fast as Newton's, without forming and factorising a Jacobian per iteration.
+def _chord_solve(f0, q, inertia):
+    """The fixed approximate inverse Jacobian of (3.16) that the step's chord iterations use:
+    the closed-form Jacobian (`cayley_jacobian`) at the starting point f0 (the previous step's
+    f, off the root by O(h²)), factorised once (`block_factor`). The iterations contract by
+    O(|f0 − f*|), nearly as fast as Newton's, without forming and factorising a Jacobian per
+    iteration.
     """
-    if args.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
-        return lambda r: 0.5 * chain_solve(q, r, *args.chain)
     return block_factor(cayley_jacobian(f0, q, inertia))
+
+
+def _rotation_from_tangent(t, q):
+    """The rotation of q whose displacement has tangential part t (t ⊥ q, |t| < 1), as (3.17):
+    q_{k+1} = q + t − α q with α = 1 − √(1 − |t|²) = |t|²/(1 + √(1 − |t|²)), and its Cayley
+    vector f = q × t / (1 + √(1 − |t|²)) (2 f × q/(1 + |f|²) = t for f ⊥ q, 002 §3.3).
+
+    **Returns:** `(q_next, f, slack)`, slack = 1 − |t|² (≤ 0: no such rotation).
+    """
+    squared = dot(t, t)[:, None]
+    slack = 1.0 - squared
+    root = 1.0 + jnp.sqrt(jnp.maximum(slack, 0.0))
+    return q + (t - (squared / root) * q), jnp.cross(q, t) / root, slack
+
+
+def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
+    """(3.16) for a chain by Newton's method on the tangential displacements, O(n) per iteration.
+
+    For f ⊥ q, 2 M_ii f_i/(1 + |f_i|²) = M_ii q_i × D_i with D = q_{k+1} − q_k, so (3.16) reads
+    q_i × (M D)_i = d_i: the tangential part of (M D)_i is g_i = −q_i × d_i (the discrete Legendre
+    transform (3.10) written in D). Newton's unknowns are the tangential parts t_i of D_i at q_i,
+    D_i = t_i − α_i q_i (`_rotation_from_tangent`). The Jacobian of t ↦ P_{q_i}(M D(t))_i maps
+    δt to P_{q_i}(M δD)_i, where δD_i is δt_i carried onto the tangent plane at q_{i,k+1}
+    (δD_i ⊥ q_{i,k+1} with tangential part δt_i at q_i); so a Newton step is one
+    `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n), and the iterations
+    converge quadratically (2–3.5 per step on the chain pendulum at h = 0.01, n = 3 … 256, against
+    4.9–6.4 for chord iterations with 2A(q_k), which contract only by O(h|ω|)). A term
+    (q_i·t_i) q_i in the residual holds t_i ⊥ q_i and keeps its Jacobian nonsingular for the
+    implicit-function derivative.
+
+    **Returns:** `(f, converged, solvable)`: the Cayley vectors of (3.16), whether Newton
+    converged, whether every |t_i| < 1 (otherwise the step is too large).
+    """
+    tangent = -jnp.cross(q, d)
+
+    def tangential(x):
+        return x - dot(q, x)[:, None] * q
+
+    def step_end(t):
+        # (D, q_{k+1}) from the tangential part of t.
+        q_next = _rotation_from_tangent(tangential(t), q)[0]
+        return q_next - q, q_next
+
+    def residual(t):
+        return tangential(inertia_times(inertia, step_end(t)[0], chain)) - tangent + dot(q, t)[:, None] * q
+
+    def newton_step(t, r):
+        return tangential(tilted_chain_solve(q, step_end(t)[1], tangential(r), *chain)) + dot(q, r)[:, None] * q
+
+    # From the tangential displacement of the previous step's rotation f0 (carried to q_k).
+    t0 = 2.0 * jnp.cross(f0, q) / (1.0 + dot(f0, f0))[:, None]
+    t, _, converged = newton_root(
+        residual, t0, rtol=rtol, atol=atol, max_steps=max_steps, unrolled=unrolled, jacobian_solve=newton_step
+    )
+    _, f, slack = _rotation_from_tangent(t, q)
+    return f, converged, jnp.all(slack > 0)
 
 
 def _one_body_cayley(d: Float[Array, "1 3"], mass: Float[Array, "1 1"]) -> tuple[Float[Array, "1 3"], Bool[Array, ""]]:
@@ -139,11 +191,11 @@ class VariationalIntegrator(AbstractIntegrator):
     1. d_i = h M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × h ω_j) + h²/2 q_i × F_i  (right side of (3.10));
     2. solve the Cayley equation (3.16) for f = (f_1, …, f_n),
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
-       by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`): with the
-       closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step,
-       or for a chain of ≥ 3 links with the O(n) solve of 2A(q_k); derivatives by the implicit
-       function theorem with the true Jacobian. For a single body (3.16) is solved in closed
-       form (`_one_body_cayley`);
+       by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`) with the
+       closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
+       for a chain of ≥ 3 links by Newton's method on the displacements with an O(n) solve
+       per iteration (`_chain_newton`); derivatives by the implicit function theorem with the
+       true Jacobian. For a single body (3.16) is solved in closed form (`_one_body_cayley`);
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
        along q_i, so the solution has f_i ⊥ q_i without a constraint. Newton starts from h times the previous
        step's f/h (f ≈ h ω/2 changes by O(h²) per step; the first step starts from h ω/2),
@@ -201,11 +253,18 @@ class VariationalIntegrator(AbstractIntegrator):
         if q.shape[0] == 1:
             f, solvable = _one_body_cayley(d, mass)
             converged, failure = solvable, RESULTS.step_too_large
+        elif args.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
+            f, converged, solvable = _chain_newton(
+                q, d, dt * state.cayley_rate, inertia, args.chain,
+                rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
+            )
+            failure = RESULTS.where(solvable, RESULTS.newton_failed, RESULTS.step_too_large)
+            converged = converged & solvable
         else:
             f0 = dt * state.cayley_rate
             f, _, converged = newton_root(
                 cayley_residual, f0, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
-                unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia, args),
+                unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia),
             )
             failure = RESULTS.newton_failed
         q_next = cayley_rotate(f, q)
