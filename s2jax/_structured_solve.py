@@ -30,6 +30,8 @@ from ._geometry import dot
 MIN_CHAIN_BODIES = 3
 # Up to this many bodies `inertia_times` writes M x out elementwise.
 _ELEMENTWISE_BODIES = 2
+# Up to this many links the sweeps of `_articulated_sweeps` are unrolled.
+_UNROLLED_LINKS = 4
 
 
 def chain_factors(inertia) -> tuple[np.ndarray, np.ndarray] | None:
@@ -143,7 +145,7 @@ def _articulated_sweeps(
         return (1.0 / s, gi - qi * (dot(w_adjoint, gi - z) / s)), (w, w_adjoint, s, kappa, z)
 
     start = (jnp.zeros((), q.dtype), jnp.zeros(3, q.dtype))
-    _, (w, w_adjoint, s, kappa, z) = lax.scan(backward, start, (q, p, g, masses, q_next, p_next), reverse=True)
+    _, (w, w_adjoint, s, kappa, z) = _sweep(backward, start, (q, p, g, masses, q_next, p_next), reverse=True)
 
     def forward(x, link):
         pi, gi, m, qn, pn, wi, wai, si, ki, zi = link
@@ -151,8 +153,22 @@ def _articulated_sweeps(
         u = solve_j(m, ki, qn, pn, r) - x + wi * ((dot(pi, x) - dot(wai, r)) / si)
         return x + u, u
 
-    _, u = lax.scan(forward, jnp.zeros(3, q.dtype), (p, g, masses, q_next, p_next, w, w_adjoint, s, kappa, z))
+    _, u = _sweep(forward, jnp.zeros(3, q.dtype), (p, g, masses, q_next, p_next, w, w_adjoint, s, kappa, z))
     return u
+
+
+def _sweep(body, carry, links, reverse=False):
+    """`lax.scan(body, carry, links, reverse=reverse)`, unrolled for a few links (`_UNROLLED_LINKS`),
+    where XLA then fuses the whole recursion with its neighbours."""
+    n = links[0].shape[0]
+    if n > _UNROLLED_LINKS:
+        return lax.scan(body, carry, links, reverse=reverse)
+    outputs = [None] * n
+    for i in reversed(range(n)) if reverse else range(n):
+        carry, outputs[i] = body(carry, tuple(x[i] for x in links))
+    if isinstance(outputs[0], tuple):
+        return carry, tuple(jnp.stack(parts) for parts in zip(*outputs))
+    return carry, jnp.stack(outputs)
 
 
 def _link_masses(carried: Float[Array, " n"]) -> Float[Array, " n"]:

@@ -27,7 +27,7 @@ from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
-from .._structured_solve import MIN_CHAIN_BODIES, inertia_times, tilted_chain_solve
+from .._structured_solve import inertia_times, tilted_chain_solve
 from .base import AbstractIntegrator, check_finite
 
 
@@ -115,7 +115,7 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
     δt to P_{q_i}(M δD)_i, where δD_i is δt_i carried onto the tangent plane at q_{i,k+1}
     (δD_i ⊥ q_{i,k+1} with tangential part δt_i at q_i); so a Newton step is one
     `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n), and the iterations
-    converge quadratically (2–3.5 per step on the chain pendulum at h = 0.01, n = 3 … 256, against
+    converge quadratically (2.5–3.5 per step on the chain pendulum at h = 0.01, n = 3 … 256, against
     4.9–6.4 for chord iterations with 2A(q_k), which contract only by O(h|ω|)). A term
     (q_i·t_i) q_i in the residual holds t_i ⊥ q_i and keeps its Jacobian nonsingular for the
     implicit-function derivative.
@@ -193,9 +193,10 @@ class VariationalIntegrator(AbstractIntegrator):
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
        by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`) with the
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
-       for a chain of ≥ 3 links by Newton's method on the displacements with an O(n) solve
-       per iteration (`_chain_newton`); derivatives by the implicit function theorem with the
-       true Jacobian. For a single body (3.16) is solved in closed form (`_one_body_cayley`);
+       for a chain (M_ij = c_{max(i,j)} l_i l_j, from two links) by Newton's method on the
+       displacements with an O(n) solve per iteration (`_chain_newton`); derivatives by the
+       implicit function theorem with the true Jacobian. For a single body (3.16) is solved
+       in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
        along q_i, so the solution has f_i ⊥ q_i without a constraint. Newton starts from h times the previous
        step's f/h (f ≈ h ω/2 changes by O(h²) per step; the first step starts from h ω/2),
@@ -253,7 +254,9 @@ class VariationalIntegrator(AbstractIntegrator):
         if q.shape[0] == 1:
             f, solvable = _one_body_cayley(d, mass)
             converged, failure = solvable, RESULTS.step_too_large
-        elif args.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
+        elif args.chain is not None:
+            # A chain from two links (the double pendulum: 0.29 against 0.32–0.36 µs per step by
+            # the chord iterations on the 2-core CPU; measured with `benchmarks/step_speed.py`).
             f, converged, solvable = _chain_newton(
                 q, d, dt * state.cayley_rate, inertia, args.chain,
                 rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
