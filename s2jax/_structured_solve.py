@@ -34,6 +34,13 @@ _ELEMENTWISE_BODIES = 2
 _UNROLLED_LINKS = 4
 
 
+def matrix_diagonal(matrix: Float[Array, "n n"]) -> Float[Array, " n"]:
+    """`jnp.diag(matrix)` without a gather: `jnp.diag` extracts by a gather, whose transpose in
+    reverse mode is a scatter, and XLA's CPU compiler does not compile a loop with a scatter
+    in it as one function (see `_jit`); a masked sum is exact and has neither."""
+    return jnp.sum(matrix * jnp.eye(matrix.shape[-1], dtype=matrix.dtype), axis=-1)
+
+
 def chain_factors(inertia) -> tuple[np.ndarray, np.ndarray] | None:
     """(l, c) with M_ij = c_{max(i,j)} l_i l_j and masses m_i = c_i − c_{i+1} > 0, or None.
 
@@ -63,7 +70,7 @@ def chain_factors(inertia) -> tuple[np.ndarray, np.ndarray] | None:
 def chain_parameters(inertia: Float[Array, "n n"]) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """(l, c) of `chain_factors`, computed from a (possibly traced) M already known to be a chain's."""
     lengths = inertia[:, -1] / jnp.sqrt(inertia[-1, -1])
-    return lengths, jnp.diag(inertia) / lengths**2
+    return lengths, matrix_diagonal(inertia) / lengths**2
 
 
 def inertia_times(

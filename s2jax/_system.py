@@ -34,6 +34,7 @@ from ._structured_solve import (
     chain_parameters,
     chain_solve,
     inertia_times,
+    matrix_diagonal,
     two_body_solve,
 )
 
@@ -232,7 +233,7 @@ class LagrangianSystem(AbstractSystem):
         gram = dot(q[:, None], q[None, :])[:, :, None, None]
         outer = q[None, :, :, None] * q[:, None, None, :]  # q_j q_iᵀ
         off = -inertia[:, :, None, None] * (outer - gram * eye3)
-        diag = jnp.diag(inertia)[:, None, None, None] * eye3
+        diag = matrix_diagonal(inertia)[:, None, None, None] * eye3
         is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]
         return jnp.where(is_diag, diag, off)
 

@@ -27,7 +27,7 @@ from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
-from .._structured_solve import inertia_times, tilted_chain_solve
+from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
 from .base import AbstractIntegrator, check_finite
 
 
@@ -42,7 +42,7 @@ class ImplicitState(eqx.Module):
 
 def _coupled(inertia, x, chain):
     """Σ_{j≠i} M_ij x_j (`inertia_times`: O(n) for a chain)."""
-    return inertia_times(inertia, x, chain) - jnp.diag(inertia)[:, None] * x
+    return inertia_times(inertia, x, chain) - matrix_diagonal(inertia)[:, None] * x
 
 
 def cayley_jacobian(
@@ -76,7 +76,7 @@ def cayley_jacobian(
         # matrices, which XLA's CPU backend runs several times slower than fused elementwise work.
         products = jnp.sum(q_hat[:, None, :, :, None] * d_displacement[None, :, None, :, :], axis=-2)
     off = inertia[:, :, None, None] * products
-    mass = jnp.diag(inertia)[:, None, None]
+    mass = matrix_diagonal(inertia)[:, None, None]
     diag = 2.0 * mass * (eye / s - 2.0 * f[:, :, None] * f[:, None, :] / (s * s))
     is_diag = jnp.eye(f.shape[0], dtype=bool)[:, :, None, None]
     return jnp.where(is_diag, diag[:, None], off)
@@ -240,7 +240,7 @@ class VariationalIntegrator(AbstractIntegrator):
         q, omega = y
         inertia = system.inertia(q, args)
         force = system.generalized_force(t0, q, omega, args, state.potential_force)
-        mass = jnp.diag(inertia)[:, None]
+        mass = matrix_diagonal(inertia)[:, None]
         d = dt * (mass * omega - jnp.cross(q, _coupled(inertia, jnp.cross(q, omega), args.chain)))
         d = d + 0.5 * dt**2 * jnp.cross(q, force)
 
@@ -322,7 +322,7 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
 
     def step(self, system, t0, dt, y, args, state):
         q, omega = y
-        mass = jnp.diag(system.inertia(q, args))[:, None]
+        mass = matrix_diagonal(system.inertia(q, args))[:, None]
         force = system.generalized_force(t0, q, omega, args, state.potential_force)
         a = dt * omega + 0.5 * dt**2 / mass * jnp.cross(q, force)
         squared = dot(a, a)[:, None]
