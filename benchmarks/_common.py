@@ -73,6 +73,8 @@ def machine() -> dict:
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
+        # s2jax adds its XLA CPU loop threshold here at import (s2jax/_jit.py).
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
 

@@ -10,10 +10,11 @@ functions interleaved round-robin (the machine is shared and its load varies):
 - reverse-mode gradient of a final-state loss with respect to the five params, and the XLA
   temp memory of the compiled gradient, for DirectAdjoint, CheckpointedAdjoint,
   StepwiseAdjoint and ReversibleAdjoint (memory also at 10³ steps, to show what grows);
-- forward mode (`jax.jacfwd` over 4 params: one forward pass carrying 4 tangents) against
-  the forward time;
-- diffrax Tsit5 (rtol = atol = 1e-9) with `RecursiveCheckpointAdjoint` on the same equations
-  (2.9)–(2.11) and the same loss;
+- forward mode (`jax.jacfwd` over the same five params: one forward pass carrying five
+  tangents) against the forward time;
+- diffrax Tsit5 (rtol = atol = 1e-9) on the same equations (2.9)–(2.11) and the same loss, in
+  reverse mode with `RecursiveCheckpointAdjoint` and in forward mode (`jax.jacfwd` with
+  `diffrax.ForwardMode`, its fastest form for a few parameters);
 - the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
   (what s2jax uses) against optimistix's Newton with `ImplicitAdjoint`.
 
@@ -60,11 +61,11 @@ def vi_loss(params, adjoint, num_steps):
     return jnp.sum(WEIGHTS * sol.q[-1])
 
 
-def tsit5_loss(params, num_steps):
+def tsit5_loss(params, num_steps, adjoint=diffrax.RecursiveCheckpointAdjoint()):
     system = s2.LagrangianSystem(dsp.lagrangian)
     solution = diffrax_solve(
         system, system.prepare(Q0, params), (Q0, OMEGA0), DT * num_steps, diffrax.Tsit5(),
-        rtol=1e-9, atol=1e-9, dt0=DT, max_steps=100_000, adjoint=diffrax.RecursiveCheckpointAdjoint(),
+        rtol=1e-9, atol=1e-9, dt0=DT, max_steps=100_000, adjoint=adjoint,
     )
     return jnp.sum(WEIGHTS * solution.ys[0][-1])
 
@@ -117,21 +118,24 @@ def main():
     num_steps = 100 if quick else NUM_STEPS
     results = {"num_steps": num_steps, "dt": DT}
     adjoints = (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.StepwiseAdjoint(), s2.ReversibleAdjoint())
-    keys = ("m2", "l1", "l2", "g")
-
-    def loss_of_four(x):
-        return vi_loss({**PARAMS, **dict(zip(keys, x))}, s2.DirectAdjoint(), num_steps)
-
-    four = jnp.stack([PARAMS[k] for k in keys])
     forward = jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
     grads = {type(a).__name__: jit(jax.grad(lambda p, a=a: vi_loss(p, a, num_steps))) for a in adjoints}
-    # jax.jacfwd pushes the four tangents through one forward pass (batched JVPs).
-    jacobian = jit(jax.jacfwd(loss_of_four))
+    # jax.jacfwd pushes the five tangents through one forward pass (batched JVPs).
+    jacobian = jit(jax.jacfwd(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps)))
     tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
     tsit5 = jit(tsit5_grad)
+    tsit5_forward = jit(jax.jacfwd(functools.partial(tsit5_loss, num_steps=num_steps, adjoint=diffrax.ForwardMode())))
+    # The five derivatives agree between the modes (a check that the timed functions compute
+    # the same thing; the accuracy of gradients is tested in tests/test_gradients.py).
+    for name, value in (("forward mode", jacobian(PARAMS)), ("ReversibleAdjoint", grads["ReversibleAdjoint"](PARAMS))):
+        error = max(float(jnp.abs(value[k] - grads["DirectAdjoint"](PARAMS)[k])) for k in PARAMS)
+        assert error < 1e-6, f"{name} differs from DirectAdjoint by {error:.1e}"
     # All timings interleaved round-robin: the shared machine's load falls on all alike.
     timed = interleaved_medians(
-        {"forward": lambda: forward(PARAMS), "forward_mode": lambda: jacobian(four), "tsit5": lambda: tsit5(PARAMS)}
+        {
+            "forward": lambda: forward(PARAMS), "forward_mode": lambda: jacobian(PARAMS),
+            "tsit5": lambda: tsit5(PARAMS), "tsit5_forward_mode": lambda: tsit5_forward(PARAMS),
+        }
         | {name: (lambda g=g: g(PARAMS)) for name, g in grads.items()},
         repeats=REPEATS,
     )
@@ -150,15 +154,18 @@ def main():
               f"XLA temp {memory / 1e6:.3f} MB ({memory_small / 1e6:.3f} MB at {num_steps // 10} steps)")
 
     seconds = timed["forward_mode"][0]
-    results["forward_mode_4_params_s"] = seconds
+    results["forward_mode_s"] = seconds
     results["forward_mode_over_forward"] = seconds / results["forward_s"]
-    print(f"forward mode, 4 params: {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward")
+    print(f"forward mode (jax.jacfwd, 5 params): {seconds:.3f} s = {seconds / results['forward_s']:.2f}× forward")
 
     seconds = timed["tsit5"][0]
     results["diffrax_tsit5_grad_s"] = seconds
     results["diffrax_tsit5_temp_bytes"] = temp_bytes(tsit5_grad, PARAMS)
     print(f"diffrax Tsit5 (1e-9) + RecursiveCheckpointAdjoint grad: {seconds:.3f} s, "
           f"XLA temp {results['diffrax_tsit5_temp_bytes'] / 1e6:.1f} MB")
+    seconds = timed["tsit5_forward_mode"][0]
+    results["diffrax_tsit5_forward_mode_s"] = seconds
+    print(f"diffrax Tsit5 (1e-9) + ForwardMode, jax.jacfwd: {seconds:.3f} s")
 
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})

@@ -108,8 +108,8 @@ class StepwiseAdjoint(AbstractAdjoint):
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
     bodies about 12n floats per step: 1.9 MB for 10⁴ steps of the double pendulum, against
     19 MB for `DirectAdjoint`). Time, measured on 002 Example 1 over 10⁴ steps
-    (`benchmarks/gradients.py`, 2-core CPU): 7.3× the forward pass, against 9.1× for
-    `DirectAdjoint`, 9.5× for `CheckpointedAdjoint` and 4.6× for `ReversibleAdjoint`.
+    (`benchmarks/gradients.py`, 2-core CPU): 4.0× the forward pass, against 4.7× for
+    `DirectAdjoint`, 3.9× for `CheckpointedAdjoint` and 4.7× for `ReversibleAdjoint`.
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step
     integrator, forces that depend on ω and feedback policies, and is exact on chaotic
