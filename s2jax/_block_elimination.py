@@ -18,9 +18,12 @@ import jax.numpy as jnp
 
 from ._custom_types import Array, Float
 
-# Beyond this many bodies the unrolled elimination (O(n) traced operations, O(n³) flops
-# in 3 × 3 pieces) costs more to compile and run than one dense LU.
-MAX_UNROLLED_BODIES = 12
+# Beyond this many bodies the unrolled elimination (O(n²) traced 3 × 3 operations, O(n³) flops)
+# costs more to compile and run than one dense LU. With XLA's CPU loops compiled whole (`_jit`)
+# a loop around a large unrolled elimination compiles slowly: 002 Example 4 (a dense M of 10
+# bodies, 30 000 VI steps) took 50 s to compile and 0.34 s to run with it, 1.9 s and 0.89 s
+# with the LU (whose LAPACK call keeps the loop dispatched op by op), 7.5 s and 1.6 s before.
+MAX_UNROLLED_BODIES = 8
 
 
 def inverse_3x3(a: Float[Array, "... 3 3"]) -> Float[Array, "... 3 3"]:
