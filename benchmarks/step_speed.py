@@ -4,10 +4,11 @@
 
 1. Double spherical pendulum (002 Example 1, h = 0.01): a hand-written RK4 whose 2-body
    solve of (2.11) is written in closed form (a Schur complement on body 2 with the 3 × 3
-   inverse as cross products, the 3 × 3 products elementwise) in a `lax.scan` — the fastest fair form of the baseline, compiled
-   with the same XLA options — against s2jax's `RungeKutta4` and `VariationalIntegrator`, both
-   through `simulate`; and the order-4 composition `Composition(VariationalIntegrator(),
-   order=4)` at the same h, in VI steps. Per step both per whole call and marginally.
+   inverse as cross products, the 3 × 3 products elementwise) in a `lax.scan` — the fastest
+   fair form of the baseline, compiled with the same XLA options — against s2jax's
+   `RungeKutta4` and `VariationalIntegrator`, both through `simulate`; and the order-4
+   composition `Composition(VariationalIntegrator(), order=4)` at the same h, in VI steps.
+   Per step both per whole call and marginally.
 2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
    `RungeKutta4`, both through `simulate`, per step as (t(2N) − t(N)) / N so that simulate's
    eager checks (which cost milliseconds at n = 256) do not count.
