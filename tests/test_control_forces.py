@@ -129,12 +129,20 @@ def test_work_energy_balance_is_second_order():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("integrator", [s2.VariationalIntegrator(), s2.RungeKutta4()], ids=lambda i: type(i).__name__)
-def test_zero_controls_give_bitwise_the_unforced_run(integrator):
+def test_zero_controls_give_the_unforced_run(integrator):
     q0, omega0 = chain.paper_state(N_LINKS)
     forced = s2.simulate(chain.lagrangian, q0, omega0, PARAMS, dt=0.01, num_steps=100, integrator=integrator,
                          force=s2.forces.PivotTorque(0), controls=np.zeros((100, 3)))
     free = s2.simulate(chain.lagrangian, q0, omega0, PARAMS, dt=0.01, num_steps=100, integrator=integrator)
-    assert np.array_equal(forced.q, free.q) and np.array_equal(forced.omega, free.omega)
+    if isinstance(integrator, s2.VariationalIntegrator):
+        assert np.array_equal(forced.q, free.q) and np.array_equal(forced.omega, free.omega)
+    else:
+        # Loosened from bitwise for RK4: with XLA's CPU loops compiled as one function each
+        # (s2jax/_jit.py), LLVM may contract a·b + 0 into a fused multiply–add in one program and
+        # not in the other, so RK4's two runs differ in the last bit (measured 1.1e-16 in ω after
+        # 100 steps). The VI's step keeps the force out of those sums and stays bitwise.
+        np.testing.assert_allclose(forced.q, free.q, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(forced.omega, free.omega, rtol=0, atol=1e-14)
 
 
 def _terminal_loss(sol):
