@@ -140,7 +140,7 @@ def test_zero_controls_give_the_unforced_run(integrator):
         # Loosened from bitwise for RK4: with XLA's CPU loops compiled as one function each
         # (s2jax/_jit.py), LLVM may contract a·b + 0 into a fused multiply–add in one program and
         # not in the other, so RK4's two runs differ in the last bit (measured 1.1e-16 in ω after
-        # 100 steps). The VI's step keeps the force out of those sums and stays bitwise.
+        # 100 steps). The VI's two runs are still bitwise equal.
         np.testing.assert_allclose(forced.q, free.q, rtol=0, atol=1e-14)
         np.testing.assert_allclose(forced.omega, free.omega, rtol=0, atol=1e-14)
 
