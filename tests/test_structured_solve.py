@@ -181,6 +181,21 @@ def test_simulate_uses_the_chain_solve_and_matches_a_dense_system():
     )
 
 
+def test_chain_vi_step_too_large_is_a_result_code():
+    """A chain step that (3.16) cannot take (|t_i| ≥ 1 or no convergence) fails with a result
+    code at that step, the state frozen and finite, rather than returning NaN or a wrong root."""
+    n = 4
+    q0, omega0 = cp.paper_state(n)
+    sol = s2.simulate(
+        cp.lagrangian, q0, 40.0 * omega0, cp.paper_params(n), dt=0.5, num_steps=3,
+        integrator=s2.VariationalIntegrator(), throw=False,
+    )
+    assert sol.result in (s2.RESULTS.step_too_large, s2.RESULTS.newton_failed), sol.result
+    assert int(sol.failed_step) == 0
+    assert bool(jnp.all(jnp.isfinite(sol.q))) and bool(jnp.all(jnp.isfinite(sol.omega)))
+    np.testing.assert_array_equal(sol.q[-1], q0)
+
+
 @pytest.mark.slow
 def test_chain_vi_matches_dense_newton_over_200_steps():
     """Newton's method on the displacements with the O(n) tilted solve (`_chain_newton`) reaches

@@ -121,7 +121,7 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
     implicit-function derivative.
 
     **Returns:** `(f, converged, solvable)`: the Cayley vectors of (3.16), whether Newton
-    converged, whether every |t_i| < 1 (otherwise the step is too large).
+    converged, whether every |t_i| < 1 and finite (otherwise the step is too large, and f = 0).
     """
     tangent = -jnp.cross(q, d)
 
@@ -145,7 +145,10 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
         residual, t0, rtol=rtol, atol=atol, max_steps=max_steps, unrolled=unrolled, jacobian_solve=newton_step
     )
     _, f, slack = _rotation_from_tangent(t, q)
-    return f, converged, jnp.all(slack > 0)
+    # Past |t_i| = 1 the iterates leave the sphere and the tilted solve can overflow: the step
+    # is too large. Report that, with a finite f (the loop keeps the state before the step).
+    solvable = jnp.all(slack > 0) & jnp.all(jnp.isfinite(t))
+    return jnp.where(solvable, f, 0.0), converged, solvable
 
 
 def _one_body_cayley(d: Float[Array, "1 3"], mass: Float[Array, "1 1"]) -> tuple[Float[Array, "1 3"], Bool[Array, ""]]:
