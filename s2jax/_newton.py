@@ -25,20 +25,19 @@ def newton_root(
     rtol: float,
     atol: float,
     max_steps: int,
-    jacobian: Callable[[Float[Array, "n 3"]], Float[Array, "n n 3 3"]] | None = None,
     unrolled: int = 0,
     approximate_inverse: Callable[[Float[Array, "n 3"]], Float[Array, "n 3"]] | None = None,
     jacobian_solve: Callable[[Float[Array, "n 3"], Float[Array, "n 3"]], Float[Array, "n 3"]] | None = None,
 ) -> tuple[Float[Array, "n 3"], Int[Array, ""], jax.Array]:
     """Find x with residual(x) = 0 for x of shape (n, 3).
 
-    Each iteration forms the Jacobian (`jacobian(x)`, blocks [i, j] = ∂r_i/∂x_j, or
-    `jax.jacfwd`) and solves with the 3 × 3 block elimination of `block_solve`. The first
+    By default each iteration forms the Jacobian by `jax.jacfwd` (blocks [i, j] = ∂r_i/∂x_j)
+    and solves with the 3 × 3 block elimination of `block_solve`. The first
     `unrolled` iterations run unconditionally, outside the `while_loop` (on CPU a loop trip
     costs about as much as a small iteration); the loop then runs only while the test below
     fails, so the root is the same, with at most `unrolled` − 1 extra, harmless iterations.
-    With `approximate_inverse` (a fixed approximation of the inverse Jacobian: a factorised
-    Jacobian at the starting point, or an O(n) structured solve) the updates are
+    With `approximate_inverse` (a fixed approximation of the inverse Jacobian, such as the
+    closed-form Jacobian at the starting point, factorised once) the updates are
     δ = −approximate_inverse(r(x)) instead (a chord, or simplified Newton, iteration). It
     converges linearly, at a rate θ set by how far the approximation is from the Jacobian at
     the root, so it stops only once |δ_j| ≤ tol, where the error left is |δ_j| θ. With
@@ -84,10 +83,8 @@ def newton_root(
                 delta = approximate_inverse(-fn(x))
             elif jacobian_solve is not None:
                 delta = jacobian_solve(x, -fn(x))
-            elif jacobian is None:
-                delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
             else:
-                delta = block_solve(jacobian(x), -fn(x))
+                delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
             return x + delta, step + 1, jnp.max(jnp.abs(delta)), size
 
         big = jnp.array(jnp.finfo(x0.dtype).max, dtype=x0.dtype)
