@@ -145,7 +145,8 @@ class ReversibleAdjoint(AbstractAdjoint):
     admits gradients good to ~1e-6.
 
     Needs a symmetric integrator (`is_symmetric`) whose state carries nothing that depends on
-    the sign of h, and forces that do not depend on ω. Gradients of a simulation that failed
+    the sign of h, except what only guides its iterations (the `VariationalIntegrator`'s
+    starting point), and forces that do not depend on ω. Gradients of a simulation that failed
     (`result` not successful) are NaN.
 
     **Arguments:**

@@ -161,11 +161,14 @@ def test_reversible_adjoint_memory_does_not_grow_with_steps():
 def test_stepwise_adjoint_stores_states_not_intermediates():
     stepwise = _gradient_temp_bytes(s2.StepwiseAdjoint(), 10_000)
     direct = _gradient_temp_bytes(s2.DirectAdjoint(), 10_000)
-    # 10⁴ states of (q, ω, −∂V/∂q, f/h), 4 · 6 floats of 8 bytes each: 1.92 MB, and a little
-    # more; the direct adjoint keeps every intermediate value of every step (18 MB measured).
-    state_bytes = 10_000 * 4 * 6 * 8
+    # 10⁴ states of (q, −∂V/∂q, A(q)ω, f/h, d(f/h)/dt, h), 5 · 6 + 1 floats of 8 bytes each:
+    # 2.48 MB, and a little more. ω itself is not kept: with A(q)ω carried (`ImplicitState`), no
+    # step of this conservative system reads ω back. The direct adjoint keeps every
+    # intermediate value of every step: 11.7 MB measured, 4.7× (it was 18 MB, 9.5×, before the
+    # step carried A(q)ω, which left fewer intermediates on its path, hence 4× here, not 5×).
+    state_bytes = 10_000 * (5 * 6 + 1) * 8
     assert state_bytes <= stepwise < 1.1 * state_bytes, stepwise
-    assert 5 * stepwise < direct, (stepwise, direct)
+    assert 4 * stepwise < direct, (stepwise, direct)
 
 
 def test_stepwise_adjoint_with_damping_matches_finite_differences():

@@ -37,12 +37,21 @@ class ExplicitState(eqx.Module):
 
 class ImplicitState(eqx.Module):
     potential_force: Float[Array, "n 3"]
-    cayley_rate: Float[Array, "n 3"]  # f/h of the last step: Newton's initial guess, times h
+    momentum: Float[Array, "n 3"]  # A(q_k) ω_k, the right side of (3.13) at the last step
+    # Only for the starting point of the iterations (no derivative flows through them):
+    cayley_rate: Float[Array, "n 3"]  # f/h of the last step, ≈ ω/2 at its midpoint
+    rate_slope: Float[Array, "n 3"]  # d(f/h)/dt, from the last two steps' midpoints
+    last_dt: Float[Array, ""]
 
 
 def _coupled(inertia, x, chain):
     """Σ_{j≠i} M_ij x_j (`inertia_times`: O(n) for a chain)."""
     return inertia_times(inertia, x, chain) - matrix_diagonal(inertia)[:, None] * x
+
+
+def _momentum(q, omega, inertia, chain):
+    """A(q) ω of (2.11)/(3.13): row i is M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × ω_j)."""
+    return matrix_diagonal(inertia)[:, None] * omega - jnp.cross(q, _coupled(inertia, jnp.cross(q, omega), chain))
 
 
 def cayley_jacobian(
@@ -84,10 +93,10 @@ def cayley_jacobian(
 
 def _chord_solve(f0, q, inertia):
     """The fixed approximate inverse Jacobian of (3.16) that the step's chord iterations use:
-    the closed-form Jacobian (`cayley_jacobian`) at the starting point f0 (the previous step's
-    f, off the root by O(h²)), factorised once (`block_factor`). The iterations contract by
+    the closed-form Jacobian (`cayley_jacobian`) at the starting point f0 (the extrapolated
+    guess, off the root by O(h³)), factorised once (`block_factor`). The iterations contract by
     O(|f0 − f*|), nearly as fast as Newton's, without forming and factorising a Jacobian per
-    iteration.
+    iteration (2.0 per step on 002 Example 4, h = 1e-4).
     """
     return block_factor(cayley_jacobian(f0, q, inertia))
 
@@ -119,13 +128,18 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
     δt to P_{q_i}(M δD)_i, where δD_i is δt_i carried onto the tangent plane at q_{i,k+1}
     (δD_i ⊥ q_{i,k+1} with tangential part δt_i at q_i); so a Newton step is one
     `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n), and the iterations
-    converge quadratically (2.5–3.5 per step on the chain pendulum at h = 0.01, n = 3 … 256, against
-    4.9–6.4 for chord iterations with 2A(q_k), which contract only by O(h|ω|)). A term
+    converge quadratically: from the extrapolated guess of `VariationalIntegrator` (O(h³)) two
+    per step at h = 0.01 on the double pendulum and the 4-link chain, 2.6 at n = 32, 3.0 at
+    n = 128. (Chord iterations with the Jacobian at the guess, factorised once, were 4 % faster
+    on the double pendulum, but their error left is the linear-rate estimate itself: 10–1000
+    ulps on 30 % of the steps at two iterations, against ~K|δ₂|², round-off, here.) A term
     (q_i·t_i) q_i in the residual holds t_i ⊥ q_i and keeps its Jacobian nonsingular for the
-    implicit-function derivative.
+    implicit-function derivative, which uses the true Jacobian at the root.
 
-    **Returns:** `(f, converged, solvable)`: the Cayley vectors of (3.16), whether Newton
-    converged, whether every |t_i| < 1 and finite (otherwise the step is too large, and f = 0).
+    **Returns:** `(f, q_next, converged, solvable)`: the Cayley vectors of (3.16), q_{k+1} (the
+    rotation of t itself, `_rotate_by_tangent`, not cay(f) q recomputed), whether Newton
+    converged, whether every |t_i| < 1 and finite (otherwise the step is too large, f = 0 and
+    q_next = q).
     """
     tangent = -jnp.cross(q, d)
 
@@ -141,22 +155,24 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
     def residual(t):
         return tangential(inertia_times(inertia, step_end(t)[0], chain)) - tangent + dot(q, t)[:, None] * q
 
+    # The tangential displacement of the rotation f0 (the guess) at q_k.
+    t0 = 2.0 * jnp.cross(f0, q) / (1.0 + dot(f0, f0))[:, None]
+
     def newton_step(t, r):
         return tangential(tilted_chain_solve(q, step_end(t)[1], tangential(r), *chain)) + dot(q, r)[:, None] * q
 
-    # From the tangential displacement of the previous step's rotation f0 (carried to q_k).
-    t0 = 2.0 * jnp.cross(f0, q) / (1.0 + dot(f0, f0))[:, None]
     t, _, converged = newton_root(
         residual, t0, rtol=rtol, atol=atol, max_steps=max_steps, unrolled=unrolled, jacobian_solve=newton_step
     )
-    _, root, slack = _rotate_by_tangent(q, t, dot(t, t)[:, None])
+    t = tangential(t)
+    q_next, root, slack = _rotate_by_tangent(q, t, dot(t, t)[:, None])
     # The Cayley vector of that rotation: f = q × t / (1 + √(1 − |t|²)), since 2 f × q/(1 + |f|²)
     # = t for f ⊥ q (002 §3.3).
     f = jnp.cross(q, t) / root
     # Past |t_i| = 1 the iterates leave the sphere and the tilted solve can overflow: the step
     # is too large. Report that, with a finite f (the loop keeps the state before the step).
     solvable = jnp.all(slack > 0) & jnp.all(jnp.isfinite(t))
-    return jnp.where(solvable, f, 0.0), converged, solvable
+    return jnp.where(solvable, f, 0.0), jnp.where(solvable, q_next, q), converged, solvable
 
 
 def _one_body_cayley(d: Float[Array, "1 3"], mass: Float[Array, "1 1"]) -> tuple[Float[Array, "1 3"], Bool[Array, ""]]:
@@ -179,19 +195,20 @@ def forced_velocity_update(system, t1, q1, omega_guess, args, potential_force, u
     depends on ω this is explicit; otherwise ω − update(F(ω)) = 0 is solved by Newton's method
     from update(F(ω_guess)), differentiated by the implicit function theorem.
 
-    **Returns:** `(omega_next, converged)`.
+    **Returns:** `(omega_next, force_next, converged)`, force_next = F_{k+1} at omega_next.
     """
 
     def force(omega):
         return system.generalized_force(t1, q1, omega, args, potential_force)
 
-    omega = update(force(omega_guess))
+    force_next = force(omega_guess)
+    omega = update(force_next)
     if not system.force_depends_on_velocity:
-        return omega, jnp.array(True)
+        return omega, force_next, jnp.array(True)
     omega, _, converged = newton_root(
         lambda w: w - update(force(w)), omega, rtol=rtol, atol=atol, max_steps=max_steps
     )
-    return omega, converged
+    return omega, force(omega), converged
 
 
 class VariationalIntegrator(AbstractIntegrator):
@@ -199,37 +216,41 @@ class VariationalIntegrator(AbstractIntegrator):
 
     One step from (q_k, ω_k):
 
-    1. d_i = h M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × h ω_j) + h²/2 q_i × F_i  (right side of (3.10));
+    1. d_i = h M_ii ω_i − q_i × Σ_{j≠i} M_ij (q_j × h ω_j) + h²/2 q_i × F_i  (right side of (3.10)),
+       that is d = h A(q_k) ω_k + h²/2 q × F with A the operator of (2.11)/(3.13); A(q_k) ω_k is
+       the right side of the last step's (3.13), carried in the state (`_momentum` at the start),
+       so that the path from q_k to q_{k+1} never waits for the solve of (3.13);
     2. solve the Cayley equation (3.16) for f = (f_1, …, f_n),
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
        by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`) with the
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
-       for a chain (M_ij = c_{max(i,j)} l_i l_j, from two links) by Newton's method on the
-       displacements with an O(n) solve per iteration (`_chain_newton`); derivatives by the
-       implicit function theorem with the true Jacobian. For a single body (3.16) is solved
-       in closed form (`_one_body_cayley`).
+       for a chain (M_ij = c_{max(i,j)} l_i l_j, from two links) on the displacements, with an
+       O(n) solve (`_chain_newton`); derivatives by the implicit function theorem with the true
+       Jacobian. For a single body (3.16) is solved in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
-       along q_i, so the solution has f_i ⊥ q_i without a constraint. Newton starts from h times the previous
-       step's f/h (f ≈ h ω/2 changes by O(h²) per step; the first step starts from h ω/2),
-       which saves one iteration per step (measured: 4.4 against 5.1 µs per step on
-       Example 1); storing f/h rather than f keeps the guess right for a step with −h;
+       along q_i, so the solution has f_i ⊥ q_i without a constraint. The iterations start from
+       f/h extrapolated linearly in time: f/h = ω/2 + O(h²) at the step's midpoint (the VI is
+       symmetric), so the last two steps' f/h at their midpoints give the guess to O(h²), f to
+       O(h³), for any sequence of step sizes (the sub-steps of a `Composition`, a step with −h);
+       the first from ω₀/2 and ω̇₀/2 by (2.11). From that guess two iterations reach round-off
+       (on 002 Examples 1 and 4 and the chain pendulum at n ≤ 8; 2.3–3.0 from the last step's
+       f/h alone);
     3. q_{k+1} = cay(f_i) q_i (3.11);
     4. ω_{k+1} from the linear system (3.13) (`solve_operator`: block elimination, or O(n)
        for a chain).
 
-    The state carried between steps holds −∂V/∂q(q_k) (each evaluation serves two steps) and
-    Newton's starting point, which does not change the solution: a step with −h from
-    (q_{k+1}, ω_{k+1}) returns (q_k, ω_k) up to the Newton tolerance, which the reversible
-    adjoint relies on (for forces that do not depend on ω).
+    The state carried between steps holds −∂V/∂q(q_k) (each evaluation serves two steps),
+    A(q_k) ω_k, and the starting point of the iterations, which does not change the solution:
+    a step with −h from (q_{k+1}, ω_{k+1}) returns (q_k, ω_k) up to the Newton tolerance, which
+    the reversible adjoint relies on (for forces that do not depend on ω).
 
     **Arguments:**
 
-    - `rtol`, `atol`: Newton stops once the error left in f is estimated below
+    - `rtol`, `atol`: the iterations stop once the error left in f is estimated below
       atol + rtol·max|f| (see `newton_root`); the defaults leave round-off.
     - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
     - `unrolled`: iterations run before the `while_loop` tests convergence (two suffice from
-      the previous step's f on 002 Example 1); more only cost time, never change the root
-      beyond round-off.
+      the extrapolated guess); more only cost time, never change the root beyond round-off.
     """
 
     rtol: float = 1e-12
@@ -244,16 +265,29 @@ class VariationalIntegrator(AbstractIntegrator):
 
     def init(self, system, t0, y0, args):
         q, omega = y0
-        # f ≈ (h/2) ω for small steps, so f/h starts at ω/2.
-        return ImplicitState(-system.potential_gradient(q, args), 0.5 * omega)
+        momentum = _momentum(q, omega, system.inertia(q, args), args.chain)
+        # f/h ≈ ω/2 at the step's midpoint (to O(h²), the VI being symmetric): at t₀, the
+        # midpoint of a step of length 0, the rate is ω₀/2 and its slope ω̇₀/2 (2.11).
+        rate = 0.5 * omega
+        slope = 0.5 * system.angular_acceleration(t0, q, omega, args)
+        zero_dt = jnp.zeros((), rate.dtype)
+        return ImplicitState(-system.potential_gradient(q, args), momentum, rate, slope, zero_dt)
 
     def step(self, system, t0, dt, y, args, state):
         q, omega = y
         inertia = system.inertia(q, args)
         force = system.generalized_force(t0, q, omega, args, state.potential_force)
         mass = matrix_diagonal(inertia)[:, None]
-        d = dt * (mass * omega - jnp.cross(q, _coupled(inertia, jnp.cross(q, omega), args.chain)))
-        d = d + 0.5 * dt**2 * jnp.cross(q, force)
+        # h A(q_k) ω_k from the right side of the last step's (3.13) (`ImplicitState.momentum`).
+        d = dt * state.momentum + 0.5 * dt**2 * jnp.cross(q, force)
+        # The guess for f/h at this step's midpoint, extrapolated linearly from the last two
+        # steps' (step 2 of the docstring), span = the time between the midpoints.
+        span = 0.5 * (state.last_dt + dt)
+        guess = state.cayley_rate + state.rate_slope * span
+        # Midpoints closer than 1e-3 h (this step undoes the last) will keep the last slope: a
+        # difference quotient over them is round-off.
+        close = jnp.abs(span) <= 1e-3 * jnp.abs(dt)
+        inverse_span = 1.0 / jnp.where(close, 1.0, span)
 
         def cayley_residual(f):
             # (3.16) with (F_j − I) q_j written by `cayley_displacement`.
@@ -265,40 +299,48 @@ class VariationalIntegrator(AbstractIntegrator):
         if q.shape[0] == 1:
             f, solvable = _one_body_cayley(d, mass)
             converged, failure = solvable, RESULTS.step_too_large
+            q_next = cayley_rotate(f, q)
         elif args.chain is not None:
-            # A chain from two links (the double pendulum: 0.29 against 0.32–0.36 µs per step by
-            # the chord iterations on the 2-core CPU; measured with `benchmarks/step_speed.py`).
-            f, converged, solvable = _chain_newton(
-                q, d, dt * state.cayley_rate, inertia, args.chain,
+            # A chain from two links, the double pendulum included (`benchmarks/step_speed.py`).
+            f, q_next, converged, solvable = _chain_newton(
+                q, d, dt * guess, inertia, args.chain,
                 rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
             )
             failure = RESULTS.where(solvable, RESULTS.newton_failed, RESULTS.step_too_large)
             converged = converged & solvable
         else:
-            f0 = dt * state.cayley_rate
+            f0 = dt * guess
             f, _, converged = newton_root(
                 cayley_residual, f0, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
                 unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia),
             )
             failure = RESULTS.newton_failed
-        q_next = cayley_rotate(f, q)
+            q_next = cayley_rotate(f, q)
         # Δ from the stored q_{k+1}, not from f: the discrete Euler–Lagrange equations
         # then hold for the sequence actually stored.
         displacement = q_next - q
         potential_force = -system.potential_gradient(q_next, args)
-        impulse = jnp.cross(q_next, inertia_times(inertia, displacement, args.chain)) / dt
+        # Products with 1/h, not divisions by h: a division is several times slower, and XLA
+        # turns one by a constant h into a product but not one by a traced h.
+        inverse_dt = 1.0 / dt
+        impulse = jnp.cross(q_next, inertia_times(inertia, displacement, args.chain)) * inverse_dt
 
-        def update(force_next):
-            return system.solve_operator(q_next, impulse + 0.5 * dt * jnp.cross(q_next, force_next), args)
+        def momentum(force_next):
+            return impulse + 0.5 * dt * jnp.cross(q_next, force_next)
 
-        omega_next, solved = forced_velocity_update(
-            system, t0 + dt, q_next, omega, args, potential_force, update,
+        omega_next, force_next, solved = forced_velocity_update(
+            system, t0 + dt, q_next, omega, args, potential_force,
+            lambda force_next: system.solve_operator(q_next, momentum(force_next), args),
             rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
         )
         result = RESULTS.where(converged, RESULTS.successful, failure)
         result = RESULTS.where(solved, result, RESULTS.newton_failed)
-        result = check_finite(result, q_next, omega_next)
-        return (q_next, omega_next), ImplicitState(potential_force, f / dt), result
+        momentum_next = momentum(force_next)
+        result = check_finite(result, q_next, omega_next, momentum_next)
+        rate = f * inverse_dt
+        slope = jnp.where(close, state.rate_slope, (rate - state.cayley_rate) * inverse_span)
+        state = ImplicitState(potential_force, momentum_next, rate, slope, dt)
+        return (q_next, omega_next), state, result
 
 
 class ExplicitVariationalIntegrator(AbstractIntegrator):
@@ -343,7 +385,7 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
         def update(force_next):
             return omega + 0.5 * dt / mass * (jnp.cross(q, force) + jnp.cross(q_next, force_next))
 
-        omega_next, solved = forced_velocity_update(
+        omega_next, _, solved = forced_velocity_update(
             system, t0 + dt, q_next, omega, args, potential_force, update,
             rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
         )
