@@ -12,13 +12,11 @@ q_{i+1} q_{i+1}ᵀ (inverted by Sherman–Morrison), w_i = J_i⁻¹ q_i and s_i 
     u_i = G_i (g_i − z_{i+1} − J_i X_{i−1}),  G_i = J_i⁻¹ − w_i w_iᵀ / s_i  (u_i ⊥ q_i),
     κ_i = 1 / s_i,  z_i = g_i − q_i (w_i·(g_i − z_{i+1})) / s_i.
 
-A backward sweep gives (w, s, κ) (`articulated_factor`, independent of g), a second one z and a
-forward sweep the u_i (`ArticulatedFactor.solve`); then ω_i = q_i × u_i / l_i plus
+A backward sweep gives (w, s, κ, z), a forward sweep the u_i; then ω_i = q_i × u_i / l_i plus
 the normal part (q_i·b_i) q_i / M_ii that A's diagonal blocks M_ii I give. O(n) work, against
 O(n³) for a dense solve.
 """
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -31,7 +29,7 @@ from ._geometry import dot
 # by the recursion); the double pendulum keeps the elimination.
 MIN_CHAIN_BODIES = 3
 # Up to this many bodies `inertia_times` writes M x out elementwise, and up to `_UNROLLED_LINKS`
-# links the sweeps of `ArticulatedFactor` are unrolled: the fastest choices for both the VI and
+# links the sweeps of `_articulated_sweeps` are unrolled: the fastest choices for both the VI and
 # `RungeKutta4` on the chain pendulum (2-core CPU, loops compiled whole, see `_jit`; e.g. n = 4:
 # VI 0.77 and RK4 0.57 µs per step, against 1.07 and 0.60 with M x by prefix sums and 1.18 and
 # 0.92 with the sweeps as `lax.scan`s).
@@ -128,80 +126,55 @@ def two_body_solve(
     return jnp.stack([a + (n1 / m11) * q1, b + (n2 / m22) * q2])
 
 
-class ArticulatedFactor(eqx.Module):
-    """What the recursion of the module docstring keeps of (q, p, M) before it sees g.
+def _articulated_sweeps(
+    q: Float[Array, "n 3"], p: Float[Array, "n 3"] | None, g: Float[Array, "n 3"], masses: Float[Array, " n"]
+) -> Float[Array, "n 3"]:
+    """u = (l_i v_i) with P_{q_i} Π_i = g_i and p_i·u_i = 0 (`p` None: p = q), in two sweeps.
 
-    With the unknowns in the planes ⊥ p_i rather than ⊥ q_i (p = q for `chain_solve`), the
-    articulated inertia beyond joint i + 1 is κ q pᵀ, not symmetric, so with
-    J_i = m_i I + κ_{i+1} q_{i+1} p_{i+1}ᵀ both w_i = J_i⁻¹ q_i and w̃_i = J_i⁻ᵀ p_i enter, and
-    s_i = p_i·w_i, κ_i = 1/s_i. Sherman–Morrison, J_i⁻¹ x = (x − β_i (p_{i+1}·x) q_{i+1}) / m_i
-    with β_i = κ_{i+1}/(m_i + κ_{i+1} p_{i+1}·q_{i+1}) (J⁻ᵀ: q and p swapped), shares β_i
-    between w_i, w̃_i and every later J_i⁻¹ r; with 1/m_i computed once and κ_i reused, a link
-    costs two divisions here and none in `solve` (the sweeps are a chain of dependent
-    operations, and a division takes several times as long as a product).
+    The recursion of the module docstring with the unknowns in the planes ⊥ p_i rather than
+    ⊥ q_i: the articulated inertia beyond joint i + 1 is then κ q pᵀ, not symmetric, so
+    with J_i = m_i I + κ_{i+1} q_{i+1} p_{i+1}ᵀ both w_i = J_i⁻¹ q_i and w̃_i = J_i⁻ᵀ p_i enter:
+    s_i = p_i·w_i, κ_i = 1/s_i, z_i = g_i − q_i (w̃_i·(g_i − z_{i+1}))/s_i and
+    u_i = J_i⁻¹ r_i − X_{i−1} + w_i (p_i·X_{i−1} − w̃_i·r_i)/s_i with r_i = g_i − z_{i+1}.
 
-    Built by `articulated_factor`; a factor serves any number of right sides.
+    Sherman–Morrison, J_i⁻¹ x = (x − β_i (p_{i+1}·x) q_{i+1}) / m_i with
+    β_i = κ_{i+1}/(m_i + κ_{i+1} p_{i+1}·q_{i+1}) (J⁻ᵀ: q and p swapped), shares β_i between
+    w_i, w̃_i and the forward sweep's J_i⁻¹ r_i; with 1/m_i computed once and κ_i reused, a link
+    costs two divisions. The sweeps are a chain of dependent operations, and a division takes
+    several times as long as a product (two links: `tilted_chain_solve` 42 → 31 ns,
+    `chain_solve` 45 → 34 ns).
     """
-
-    q: Float[Array, "n 3"]
-    p: Float[Array, "n 3"]
-    inverse_masses: Float[Array, " n"]
-    w: Float[Array, "n 3"]
-    w_adjoint: Float[Array, "n 3"]
-    kappa: Float[Array, " n"]
-    beta: Float[Array, " n"]
-
-    def _shifted(self):
-        zero = jnp.zeros((1, 3), self.q.dtype)
-        return jnp.concatenate([self.q[1:], zero]), jnp.concatenate([self.p[1:], zero])
-
-    def solve(self, g: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
-        """u with P_{q_i} Π_i = g_i and p_i·u_i = 0: from the tip z_i = g_i − q_i κ_i w̃_i·(g_i − z_{i+1}),
-        then from the root u_i = J_i⁻¹ r_i − X_{i−1} + κ_i w_i (p_i·X_{i−1} − w̃_i·r_i), r_i = g_i − z_{i+1}."""
-        q_next, p_next = self._shifted()
-
-        def backward(z, link):
-            qi, gi, wai, ki = link
-            return gi - qi * (dot(wai, gi - z) * ki), z
-
-        _, z = _sweep(backward, jnp.zeros(3, g.dtype), (self.q, g, self.w_adjoint, self.kappa), reverse=True)
-
-        def forward(x, link):
-            pi, gi, inverse_mass, qn, pn, wi, wai, ki, bi, zi = link
-            r = gi - zi
-            u = _solve_j(bi, inverse_mass, qn, pn, r) - x + wi * ((dot(pi, x) - dot(wai, r)) * ki)
-            return x + u, u
-
-        links = (self.p, g, self.inverse_masses, q_next, p_next, self.w, self.w_adjoint, self.kappa, self.beta, z)
-        return _sweep(forward, jnp.zeros(3, g.dtype), links)[1]
-
-
-def _solve_j(beta, inverse_mass, a, b, x):
-    """(m I + κ a bᵀ)⁻¹ x with β = κ/(m + κ a·b) (β = 0 beyond the tip)."""
-    return (x - beta * dot(b, x) * a) * inverse_mass
-
-
-def articulated_factor(
-    q: Float[Array, "n 3"], p: Float[Array, "n 3"] | None, masses: Float[Array, " n"]
-) -> ArticulatedFactor:
-    """The `ArticulatedFactor` of unit vectors q, the planes ⊥ p (None: p = q), link masses m."""
     symmetric = p is None
     p = q if symmetric else p
     zero = jnp.zeros((1, 3), q.dtype)
     q_next, p_next = jnp.concatenate([q[1:], zero]), jnp.concatenate([p[1:], zero])
     inverse_masses = 1.0 / masses
 
-    def backward(kappa, link):
-        qi, pi, m, inverse_mass, qn, pn = link
-        beta = kappa / (m + kappa * dot(qn, pn))
-        w = _solve_j(beta, inverse_mass, qn, pn, qi)
-        w_adjoint = w if symmetric else _solve_j(beta, inverse_mass, pn, qn, pi)
-        kappa_i = 1.0 / dot(pi, w)
-        return kappa_i, (w, w_adjoint, kappa_i, beta)
+    def solve_j(beta, inverse_mass, a, b, x):
+        # (m I + κ a bᵀ)⁻¹ x (β = 0 beyond the tip).
+        return (x - beta * dot(b, x) * a) * inverse_mass
 
-    links = (q, p, masses, inverse_masses, q_next, p_next)
-    _, (w, w_adjoint, kappa, beta) = _sweep(backward, jnp.zeros((), q.dtype), links, reverse=True)
-    return ArticulatedFactor(q, p, inverse_masses, w, w_adjoint, kappa, beta)
+    def backward(carry, link):
+        kappa, z = carry
+        qi, pi, gi, m, inverse_mass, qn, pn = link
+        beta = kappa / (m + kappa * dot(qn, pn))
+        w = solve_j(beta, inverse_mass, qn, pn, qi)
+        w_adjoint = w if symmetric else solve_j(beta, inverse_mass, pn, qn, pi)
+        kappa_i = 1.0 / dot(pi, w)
+        return (kappa_i, gi - qi * (dot(w_adjoint, gi - z) * kappa_i)), (w, w_adjoint, kappa_i, beta, z)
+
+    start = (jnp.zeros((), q.dtype), jnp.zeros(3, q.dtype))
+    links = (q, p, g, masses, inverse_masses, q_next, p_next)
+    _, (w, w_adjoint, kappa, beta, z) = _sweep(backward, start, links, reverse=True)
+
+    def forward(x, link):
+        pi, gi, inverse_mass, qn, pn, wi, wai, ki, bi, zi = link
+        r = gi - zi
+        u = solve_j(bi, inverse_mass, qn, pn, r) - x + wi * ((dot(pi, x) - dot(wai, r)) * ki)
+        return x + u, u
+
+    links = (p, g, inverse_masses, q_next, p_next, w, w_adjoint, kappa, beta, z)
+    return _sweep(forward, jnp.zeros(3, q.dtype), links)[1]
 
 
 def _sweep(body, carry, links, reverse=False):
@@ -235,9 +208,9 @@ def chain_solve(
 
     **Returns:** ω, shape (n, 3).
     """
-    inverse_lengths = (1.0 / lengths)[:, None]  # products, not divisions (`ArticulatedFactor`)
+    inverse_lengths = (1.0 / lengths)[:, None]  # products, not divisions (`_articulated_sweeps`)
     g = -jnp.cross(q, rhs) * inverse_lengths
-    u = articulated_factor(q, None, _link_masses(carried)).solve(g)
+    u = _articulated_sweeps(q, None, g, _link_masses(carried))
     normal = dot(q, rhs)[:, None] * q * (inverse_lengths**2 / carried[:, None])
     return jnp.cross(q, u * inverse_lengths) + normal
 
@@ -249,7 +222,7 @@ def tilted_chain_solve(
     lengths: Float[Array, " n"],
     carried: Float[Array, " n"],
 ) -> Float[Array, "n 3"]:
-    """v with v_i ⊥ p_i and P_{q_i} (M v)_i = g_i, for a chain's M, in O(n) (`ArticulatedFactor`).
+    """v with v_i ⊥ p_i and P_{q_i} (M v)_i = g_i, for a chain's M, in O(n) (`_articulated_sweeps`).
 
     For p = q this is the tangential part of (2.11)'s solve. With p_i = q_{i,k+1} it is the
     Newton step of (3.16) written in the displacements (`variational._chain_newton`): the rows
@@ -261,4 +234,4 @@ def tilted_chain_solve(
     **Returns:** v, shape (n, 3).
     """
     inverse_lengths = (1.0 / lengths)[:, None]
-    return articulated_factor(q, p, _link_masses(carried)).solve(g * inverse_lengths) * inverse_lengths
+    return _articulated_sweeps(q, p, g * inverse_lengths, _link_masses(carried)) * inverse_lengths
