@@ -105,9 +105,11 @@ def diffrax_solve(
     saveat: diffrax.SaveAt = diffrax.SaveAt(t1=True),
     adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
     throw: bool = True,
+    stepsize_controller: diffrax.AbstractStepSizeController | None = None,
 ) -> diffrax.Solution:
     """The diffrax baseline: `diffeqsolve` of (q̇, ω̇) = `system.vector_field` (002 (2.9)–(2.11))
-    from y0 = (q0, ω0) at t = 0 to t1, with `PIDController(rtol, atol)`.
+    from y0 = (q0, ω0) at t = 0 to t1, with `PIDController(rtol, atol)` unless another
+    `stepsize_controller` is given (`ConstantStepSize()`: steps of dt0).
 
     The same equations as s2jax's Runge–Kutta baselines, in the same (q, ω) variables, so the
     benchmarks compare integrators, not formulations. `saveat`, `adjoint` and `throw` are
@@ -122,7 +124,7 @@ def diffrax_solve(
         y0=y0,
         args=args,
         saveat=saveat,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        stepsize_controller=stepsize_controller or diffrax.PIDController(rtol=rtol, atol=atol),
         adjoint=adjoint,
         max_steps=max_steps,
         throw=throw,

@@ -14,7 +14,9 @@ functions interleaved round-robin (the machine is shared and its load varies):
   tangents) against the forward time;
 - diffrax Tsit5 (rtol = atol = 1e-9) on the same equations (2.9)–(2.11) and the same loss, in
   reverse mode with `RecursiveCheckpointAdjoint` and in forward mode (`jax.jacfwd` with
-  `diffrax.ForwardMode`, its fastest form for a few parameters);
+  `diffrax.ForwardMode`, its fastest form for a few parameters), and through the VI's 10⁴ steps
+  of h = 0.01 (`ConstantStepSize`), the per-step comparison; the error of each loss against
+  Dopri8 at 1e-13, and the number of steps Tsit5 took;
 - the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
   (what s2jax uses) against optimistix's Newton with `ImplicitAdjoint`.
 
@@ -61,13 +63,20 @@ def vi_loss(params, adjoint, num_steps):
     return jnp.sum(WEIGHTS * sol.q[-1])
 
 
-def tsit5_loss(params, num_steps, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+def diffrax_solution(params, num_steps, adjoint=diffrax.RecursiveCheckpointAdjoint(), solver=diffrax.Tsit5(),
+                     tol=1e-9, constant=False):
+    """diffrax on (2.9)–(2.11) over the VI's horizon: adaptive at rtol = atol = `tol`, or
+    `constant`: `num_steps` steps of h = DT, as many as the VI's."""
     system = s2.LagrangianSystem(dsp.lagrangian)
-    solution = diffrax_solve(
-        system, system.prepare(Q0, params), (Q0, OMEGA0), DT * num_steps, diffrax.Tsit5(),
-        rtol=1e-9, atol=1e-9, dt0=DT, max_steps=100_000, adjoint=adjoint,
+    return diffrax_solve(
+        system, system.prepare(Q0, params), (Q0, OMEGA0), DT * num_steps, solver,
+        rtol=tol, atol=tol, dt0=DT, max_steps=100_000, adjoint=adjoint,
+        stepsize_controller=diffrax.ConstantStepSize() if constant else None,
     )
-    return jnp.sum(WEIGHTS * solution.ys[0][-1])
+
+
+def tsit5_loss(params, num_steps, adjoint=diffrax.RecursiveCheckpointAdjoint(), constant=False):
+    return jnp.sum(WEIGHTS * diffrax_solution(params, num_steps, adjoint, constant=constant).ys[0][-1])
 
 
 def temp_bytes(fn, *args):
@@ -125,6 +134,8 @@ def main():
     tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
     tsit5 = jit(tsit5_grad)
     tsit5_forward = jit(jax.jacfwd(functools.partial(tsit5_loss, num_steps=num_steps, adjoint=diffrax.ForwardMode())))
+    # Tsit5 through as many steps as the VI (h = DT): the per-step cost of the two gradients.
+    tsit5_constant = jit(jax.grad(functools.partial(tsit5_loss, num_steps=num_steps, constant=True)))
     # The five derivatives agree between the modes (a check that the timed functions compute
     # the same thing; the accuracy of gradients is tested in tests/test_gradients.py).
     for name, value in (("forward mode", jacobian(PARAMS)), ("ReversibleAdjoint", grads["ReversibleAdjoint"](PARAMS))):
@@ -135,6 +146,7 @@ def main():
         {
             "forward": lambda: forward(PARAMS), "forward_mode": lambda: jacobian(PARAMS),
             "tsit5": lambda: tsit5(PARAMS), "tsit5_forward_mode": lambda: tsit5_forward(PARAMS),
+            "tsit5_constant": lambda: tsit5_constant(PARAMS),
         }
         | {name: (lambda g=g: g(PARAMS)) for name, g in grads.items()},
         repeats=REPEATS,
@@ -166,6 +178,23 @@ def main():
     seconds = timed["tsit5_forward_mode"][0]
     results["diffrax_tsit5_forward_mode_s"] = seconds
     print(f"diffrax Tsit5 (1e-9) + ForwardMode, jax.jacfwd: {seconds:.3f} s")
+    seconds = timed["tsit5_constant"][0]
+    results["diffrax_tsit5_constant_grad_s"] = seconds
+    print(f"diffrax Tsit5, {num_steps} steps of h = {DT} + RecursiveCheckpointAdjoint grad: {seconds:.3f} s")
+
+    # What the two losses are worth: their errors against Dopri8 at rtol = atol = 1e-13, and how
+    # many steps the adaptive Tsit5 took.
+    tight = diffrax_solution(PARAMS, num_steps, solver=diffrax.Dopri8(), tol=1e-13)
+    reference = float(jnp.sum(WEIGHTS * tight.ys[0][-1]))
+    adaptive = diffrax_solution(PARAMS, num_steps)
+    results["loss_error"] = {
+        "vi_h": abs(float(forward(PARAMS)) - reference),
+        "tsit5_1e-9": abs(float(jnp.sum(WEIGHTS * adaptive.ys[0][-1])) - reference),
+        "tsit5_constant_h": abs(float(tsit5_loss(PARAMS, num_steps, constant=True)) - reference),
+    }
+    results["diffrax_tsit5_num_steps"] = int(adaptive.stats["num_steps"])
+    print(f"loss errors against Dopri8 (1e-13): {results['loss_error']}; "
+          f"Tsit5 (1e-9) took {results['diffrax_tsit5_num_steps']} steps")
 
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})

@@ -106,10 +106,10 @@ class StepwiseAdjoint(AbstractAdjoint):
     a step's intermediate values; the backward pass takes the vector–Jacobian product of each
     step in turn, recomputing that step from its stored state (with the implicit-function
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
-    bodies about 12n floats per step: 1.9 MB for 10⁴ steps of the double pendulum, against
-    19 MB for `DirectAdjoint`). Time, measured on 002 Example 1 over 10⁴ steps
-    (`benchmarks/gradients.py`, 2-core CPU): 4.0× the forward pass, against 4.7× for
-    `DirectAdjoint`, 3.9× for `CheckpointedAdjoint` and 4.7× for `ReversibleAdjoint`.
+    bodies about 15n floats per step with the `VariationalIntegrator`: 2.5 MB for 10⁴ steps of
+    the double pendulum, against 11.7 MB for `DirectAdjoint`). Time, measured on 002 Example 1
+    over 10⁴ steps (`benchmarks/gradients.py`, 2-core CPU): 4.2× the forward pass, against
+    3.0× for `DirectAdjoint`, 3.4× for `CheckpointedAdjoint` and 4.8× for `ReversibleAdjoint`.
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step
     integrator, forces that depend on ω and feedback policies, and is exact on chaotic
