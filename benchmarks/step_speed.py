@@ -223,7 +223,8 @@ def main():
     skip = set(options.skip.split(","))
     num_steps = 100 if options.quick else 10_000
     load_before = os.getloadavg()
-    payload = {"method": f"median of {REPEATS} interleaved runs (5 for Lennard-Jones) after a warm-up, µs per step, float64"}
+    method = f"median of {REPEATS} interleaved runs (5 for Lennard-Jones) after a warm-up, µs per step, float64"
+    payload = {"method": method}
     if "pendulum" not in skip:
         payload["double_pendulum"] = double_pendulum(num_steps)
     if "chains" not in skip:
