@@ -165,6 +165,19 @@ class Loop(eqx.Module):
         """The integrator's step from t0 by dt: `(y_next, state_next, result)`."""
         return self.integrator.step(self.system, t0, dt, y, args, state)
 
+    @property
+    def lazy(self) -> bool:
+        """Whether the steps between saves are lazy (`AbstractIntegrator.lazy_step`): ω is read
+        only at the saves, unless a feedback policy reads it at every step."""
+        return self.policy is None
+
+    def with_velocity(self, carry: LoopState, args: SystemArgs) -> LoopState:
+        """`carry` with the ω of its y brought up to date after lazy steps."""
+        if not self.lazy:
+            return carry
+        omega = self.integrator.velocity(self.system, carry.y, args, carry.state)
+        return dataclasses.replace(carry, y=(carry.y[0], omega))
+
     def control(self, k, y, args: SystemArgs, dt, u) -> SystemArgs:
         """`args` with the control of step k: the given u_k, or the policy's at (t_k, q_k, ω_k)."""
         if self.policy is not None:
@@ -173,7 +186,8 @@ class Loop(eqx.Module):
 
     def step(self, carry: LoopState, args: SystemArgs, dt: Float[Array, ""], u=None) -> LoopState:
         args = self.control(carry.step, carry.y, args, dt, u)
-        y, state, result = self.advance(self.time(carry.step, dt), dt, carry.y, carry.state, args)
+        take_step = self.integrator.lazy_step if self.lazy else self.integrator.step
+        y, state, result = take_step(self.system, self.time(carry.step, dt), dt, carry.y, args, carry.state)
         running = carry.result == RESULTS.successful
         accept = running & (result == RESULTS.successful)
         y, state = jtu.tree_map(lambda new, old: jnp.where(accept, new, old), (y, state), (carry.y, carry.state))
@@ -201,6 +215,7 @@ class Loop(eqx.Module):
             carry, per_step = scan_steps(
                 lambda c, u: self.step(c, args, inputs.dt, u), carry, controls, self.save_every
             )
+            carry = self.with_velocity(carry, args)
             if on_save is not None:
                 on_save(index)
             return carry, (carry.y, per_step)

@@ -397,3 +397,52 @@ def test_two_newton_iterations_per_step_on_the_double_pendulum(integrator):
     two = s2.simulate(dsp.lagrangian, q0, omega0, params, integrator=capped, **kwargs)
     np.testing.assert_array_equal(two.q, default.q)
     np.testing.assert_array_equal(two.omega, default.omega)
+
+
+@pytest.mark.parametrize(
+    "integrator",
+    [
+        s2.VariationalIntegrator(),
+        s2.Composition(s2.VariationalIntegrator(), order=4),
+        s2.Composition(s2.VariationalIntegrator(), order=6, method="kahan_li"),
+    ],
+    ids=["vi", "vi4", "vi6kl"],
+)
+@pytest.mark.parametrize("damped", [False, True], ids=["conservative", "damped"])
+def test_lazy_steps_leave_the_velocity_solve_to_the_saves(integrator, damped):
+    """`lazy_step`, which `simulate` takes between saves, skips the solve of (3.13) unless the
+    force depends on ω: its y keeps ω_k, and `velocity` gives ω_{k+1} from the carried momentum.
+    Over 40 steps the lazy run's q, and its `velocity` at the end, are the full steps' to
+    round-off; with damping (ω-dependent) every step solves for ω, as a full step does;
+    `simulate` saving every 10 steps ends at the same state."""
+    params = _params()
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    force = s2.forces.LinearDamping(0.3) if damped else None
+    # The chain structure that `simulate` recognises in M, so that it runs the same solves.
+    system = s2.LagrangianSystem(dsp.lagrangian, force=force, inertia_structure="chain")
+    args = system.prepare(q0, params)
+    dt = jnp.asarray(0.01)
+
+    def run(take_step):
+        def body(carry, k):
+            y, state = carry
+            y, state, result = take_step(system, k * dt, dt, y, args, state)
+            return (y, state), result
+
+        state = integrator.init(system, jnp.asarray(0.0), (q0, omega0), args)
+        return jax.jit(lambda s: jax.lax.scan(body, ((q0, omega0), s), jnp.arange(40.0)))(state)
+
+    ((q_full, omega_full), _), full_results = run(integrator.step)
+    ((q_lazy, omega_lazy), lazy_state), lazy_results = run(integrator.lazy_step)
+    assert np.all(full_results._value == 0) and np.all(lazy_results._value == 0)
+    if damped:
+        assert not np.array_equal(omega_lazy, omega0)
+    else:
+        np.testing.assert_array_equal(omega_lazy, omega0)  # never solved for
+    omega = integrator.velocity(system, (q_lazy, omega_lazy), args, lazy_state)
+    # Two differently fused programs: round-off, amplified a little by 40 chaotic steps.
+    np.testing.assert_allclose(q_lazy, q_full, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(omega, omega_full, rtol=0, atol=1e-12)
+    sol = s2.simulate(system, q0, omega0, params, dt=0.01, num_steps=40, save_every=10, integrator=integrator)
+    np.testing.assert_allclose(sol.q[-1], q_full, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(sol.omega[-1], omega_full, rtol=0, atol=1e-12)

@@ -57,6 +57,26 @@ class AbstractIntegrator(eqx.Module):
         a fixed-step run does the same arithmetic at every t.
         """
 
+    def lazy_step(
+        self,
+        system: AbstractSystem,
+        t0: Float[Array, ""],
+        dt: Float[Array, ""],
+        y: State,
+        args: SystemArgs,
+        state: IntegratorState,
+    ) -> tuple[State, IntegratorState, RESULTS]:
+        """`step`, except that the ω of the returned y may be left stale: `velocity` gives
+        ω_{k+1} from what is returned. `simulate` takes lazy steps between saves when nothing
+        reads ω there (no feedback policy); the variational integrators then skip the solve of
+        (3.13), which only ω needs. By default the same as `step`.
+        """
+        return self.step(system, t0, dt, y, args, state)
+
+    def velocity(self, system: AbstractSystem, y: State, args: SystemArgs, state: IntegratorState) -> Float[Array, "n 3"]:
+        """ω at the end of a `lazy_step` that returned `(y, state)` (by default y's own)."""
+        return y[1]
+
 
 class AbstractAdaptiveIntegrator(eqx.Module):
     """A method with its own step-size control, run once over the whole output grid.

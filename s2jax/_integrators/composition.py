@@ -119,9 +119,18 @@ class Composition(AbstractIntegrator):
         return self.integrator.init(system, t0, y0, args)
 
     def step(self, system, t0, dt, y, args, state):
+        y, state, result = self.lazy_step(system, t0, dt, y, args, state)
+        return (y[0], self.integrator.velocity(system, y, args, state)), state, result
+
+    def velocity(self, system, y, args, state):
+        return self.integrator.velocity(system, y, args, state)
+
+    def lazy_step(self, system, t0, dt, y, args, state):
+        # Lazy sub-steps (`AbstractIntegrator.lazy_step`): the VI solves (3.13) for ω once per
+        # step, not once per sub-step.
         def sub_step(carry, weight):
             t, y, state, result = carry
-            y, state, sub_result = self.integrator.step(system, t, weight * dt, y, args, state)
+            y, state, sub_result = self.integrator.lazy_step(system, t, weight * dt, y, args, state)
             result = RESULTS.where(result == RESULTS.successful, sub_result, result)
             return (t + weight * dt, y, state, result), None
 
