@@ -128,7 +128,9 @@ class Loop(eqx.Module):
     """One simulation's loop: `num_saves` blocks of `save_every` steps of `integrator`.
 
     t_k = k h is computed from the step count, not accumulated. A step that fails freezes
-    the state and records its index; every later step is skipped the same way.
+    the state and records its index; every later step is skipped the same way. Between saves
+    the steps are lazy (`AbstractIntegrator.lazy_step`: the VI leaves its solve for ω to the
+    saves) unless a feedback policy reads ω at every step.
 
     Controls are held over each step (zero-order hold): u_k is the k-th row of
     `LoopInputs.controls`, or `policy(t_k, q_k, ω_k, params)` sampled at the start of step k.

@@ -73,7 +73,9 @@ class AbstractIntegrator(eqx.Module):
         """
         return self.step(system, t0, dt, y, args, state)
 
-    def velocity(self, system: AbstractSystem, y: State, args: SystemArgs, state: IntegratorState) -> Float[Array, "n 3"]:
+    def velocity(
+        self, system: AbstractSystem, y: State, args: SystemArgs, state: IntegratorState
+    ) -> Float[Array, "n 3"]:
         """ω at the end of a `lazy_step` that returned `(y, state)` (by default y's own)."""
         return y[1]
 
