@@ -27,7 +27,7 @@ from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
-from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
+from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve, tilted_two_body_solve
 from .base import AbstractIntegrator, check_finite
 
 
@@ -127,7 +127,8 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
     D_i = t_i − α_i q_i (`_rotate_by_tangent`). The Jacobian of t ↦ P_{q_i}(M D(t))_i maps
     δt to P_{q_i}(M δD)_i, where δD_i is δt_i carried onto the tangent plane at q_{i,k+1}
     (δD_i ⊥ q_{i,k+1} with tangential part δt_i at q_i); so a Newton step is one
-    `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n), and the iterations
+    `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n) (for two bodies, any
+    M, the closed form `tilted_two_body_solve`), and the iterations
     converge quadratically: from the extrapolated guess of `VariationalIntegrator` (O(h³)) two
     per step at h = 0.01 on the double pendulum and the 4-link chain, 2.6 at n = 32, 3.0 at
     n = 128. (Chord iterations with the Jacobian at the guess, factorised once, were 4 % faster
@@ -158,8 +159,13 @@ def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
     # The tangential displacement of the rotation f0 (the guess) at q_k.
     t0 = 2.0 * jnp.cross(f0, q) / (1.0 + dot(f0, f0))[:, None]
 
+    def tilted_solve(p, g):
+        if q.shape[0] == 2:
+            return tilted_two_body_solve(q, p, g, inertia)
+        return tilted_chain_solve(q, p, g, *chain)
+
     def newton_step(t, r):
-        return tangential(tilted_chain_solve(q, step_end(t)[1], tangential(r), *chain)) + dot(q, r)[:, None] * q
+        return tangential(tilted_solve(step_end(t)[1], tangential(r))) + dot(q, r)[:, None] * q
 
     t, _, converged = newton_root(
         residual, t0, rtol=rtol, atol=atol, max_steps=max_steps, unrolled=unrolled, jacobian_solve=newton_step
@@ -317,8 +323,9 @@ class VariationalIntegrator(AbstractIntegrator):
             f, solvable = _one_body_cayley(d, mass)
             converged, failure = solvable, RESULTS.step_too_large
             q_next = cayley_rotate(f, q)
-        elif args.chain is not None:
-            # A chain from two links, the double pendulum included (`benchmarks/step_speed.py`).
+        elif args.chain is not None or q.shape[0] == 2:
+            # A chain, or any two bodies (`tilted_two_body_solve`; the double pendulum,
+            # `benchmarks/step_speed.py`).
             f, q_next, converged, solvable = _chain_newton(
                 q, d, dt * guess, inertia, args.chain,
                 rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
