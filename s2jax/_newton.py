@@ -4,6 +4,7 @@ The Jacobian is `jax.jacfwd`'s unless the caller gives it in closed form (the Ca
 (3.16) of 002 does: its 3 × 3 blocks cost less than a forward-mode pass per unknown).
 """
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -52,9 +53,12 @@ def newton_root(
     ~|δ_j|³/|δ_{j−1}|², is far smaller than the estimate. At rtol = atol = 1e-12 in float64
     the root is exact to round-off.
 
-    Derivatives are those of the exact root (implicit function theorem, through
-    `jax.lax.custom_root`): dx*/dθ = −(∂r/∂x)⁻¹ ∂r/∂θ at the converged point, for forward and
-    reverse mode alike; the iterations themselves are never differentiated.
+    Derivatives are those of the exact root (implicit function theorem): dx*/dθ =
+    −(∂r/∂x)⁻¹ ∂r/∂θ at the converged point, for forward and reverse mode alike; the iterations
+    themselves are never differentiated. With `jacobian_solve` the solve with ∂r/∂x at the root
+    is `jacobian_solve(x*, ·)` itself (`_structured_root`: O(n) for a chain, against `jacfwd`'s
+    3n passes of the residual and a dense block solve); otherwise `jax.lax.custom_root` forms
+    the Jacobian with `jax.jacfwd`.
     `benchmarks/gradients.py` compares this with optimistix's Newton + `ImplicitAdjoint` on
     one solve of (3.16): the gradient costs 110–190 µs here against 50–95 µs there on a
     shared 2-core CPU (noisy; optimistix ahead by 1.1–4×). `custom_root` is kept for now
@@ -64,7 +68,8 @@ def newton_root(
     **Returns:** `(x, num_steps, converged)`.
     """
 
-    def solve(fn, x0):
+    def solve(fn, x0, step_solve=jacobian_solve):
+        # `step_solve`: `jacobian_solve`, or its closure-converted form (`_structured_root`).
         def converged(x, step, size, previous):
             tol = atol + rtol * jnp.max(jnp.abs(x))
             # A chord iteration's error left is about |δ_j| θ, not ~|δ_j|³/|δ_{j−1}|²: stopping
@@ -81,8 +86,8 @@ def newton_root(
             x, step, size, _ = carry
             if approximate_inverse is not None:
                 delta = approximate_inverse(-fn(x))
-            elif jacobian_solve is not None:
-                delta = jacobian_solve(x, -fn(x))
+            elif step_solve is not None:
+                delta = step_solve(x, -fn(x))
             else:
                 delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
             return x + delta, step + 1, jnp.max(jnp.abs(delta)), size
@@ -103,5 +108,38 @@ def newton_root(
         jacobian = jax.jacfwd(linear_fn)(jnp.zeros(rhs.shape, rhs.dtype))
         return _solve_jacobian(jacobian, rhs)
 
-    x, (steps, ok) = lax.custom_root(residual, initial_guess, solve, tangent_solve, has_aux=True)
+    if jacobian_solve is not None:
+        x, (steps, ok) = _structured_root(residual, jacobian_solve, solve, initial_guess)
+    else:
+        x, (steps, ok) = lax.custom_root(residual, initial_guess, solve, tangent_solve, has_aux=True)
     return x, lax.stop_gradient(steps).astype(int), lax.stop_gradient(ok) > 0
+
+
+def _structured_root(residual, jacobian_solve, solve, initial_guess):
+    """`solve(residual, initial_guess)` = (x*, aux), differentiated by the implicit function
+    theorem with `jacobian_solve(x*, ·)` = (∂r/∂x)⁻¹ at the root: dx* = −J⁻¹ (∂r/∂θ dθ).
+
+    The arrays that `residual` and `jacobian_solve` close over (θ: q, d, M, …) become explicit
+    arguments (`jax.closure_convert`) of a `jax.custom_jvp`; reverse mode transposes its linear
+    tangent, so the adjoint solve is the transpose of the structured one. The starting point
+    gets no derivative (as with `custom_root`)."""
+    x0 = lax.stop_gradient(initial_guess)
+    residual_fn, residual_consts = jax.closure_convert(residual, x0)
+    solve_fn, solve_consts = jax.closure_convert(jacobian_solve, x0, x0)
+    return _root(residual_fn, solve_fn, solve, x0, tuple(residual_consts), tuple(solve_consts))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _root(residual_fn, solve_fn, solve, x0, residual_consts, solve_consts):
+    return solve(lambda x: residual_fn(x, *residual_consts), x0, lambda x, r: solve_fn(x, r, *solve_consts))
+
+
+@_root.defjvp
+def _root_jvp(residual_fn, solve_fn, solve, primals, tangents):
+    x0, residual_consts, solve_consts = primals
+    _, residual_tangents, _ = tangents
+    x, aux = _root(residual_fn, solve_fn, solve, x0, residual_consts, solve_consts)
+    # ∂r/∂θ dθ at the root, then −J⁻¹ of it; J's own dependence on θ is second order.
+    _, dr = jax.jvp(lambda consts: residual_fn(x, *consts), (residual_consts,), (residual_tangents,))
+    dx = -solve_fn(x, dr, *solve_consts)
+    return (x, aux), (dx, jax.tree_util.tree_map(jnp.zeros_like, aux))
