@@ -232,7 +232,8 @@ class VariationalIntegrator(AbstractIntegrator):
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
        for a chain (M_ij = c_{max(i,j)} l_i l_j) and for any two bodies, by Newton's method on
        the displacements with an O(n) solve (`_chain_newton`); derivatives by the implicit
-       function theorem with the true Jacobian (for the displacements, the same O(n) solve). For a single body (3.16) is solved in closed form (`_one_body_cayley`).
+       function theorem with the true Jacobian (for the displacements, the same O(n) solve).
+       For a single body (3.16) is solved in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
        along q_i, so the solution has f_i ⊥ q_i without a constraint. The iterations start from
        f/h extrapolated linearly in time: f/h = ω/2 + O(h²) at the step's midpoint (the VI is
