@@ -18,7 +18,10 @@ functions interleaved round-robin (the machine is shared and its load varies):
   of h = 0.01 (`ConstantStepSize`), the per-step comparison; the error of each loss against
   Dopri8 at 1e-13, and the number of steps Tsit5 took;
 - the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
-  (what s2jax uses) against optimistix's Newton with `ImplicitAdjoint`.
+  (what s2jax uses on the dense path) against optimistix's Newton with `ImplicitAdjoint`;
+- chain pendula of n = 4, 16, 64 links (`inertia_structure="chain"`, traced params):
+  `jax.jit(jax.grad(loss))` of a final-state loss against the forward pass, µs per step as
+  (t(2N) − t(N))/N with N = 1000 steps, which the O(n) implicit-function solve keeps O(n).
 
 Results go to benchmarks/results/gradients.json; `--quick` runs 100 steps instead of 10⁴ and
 writes to a temporary folder.
@@ -196,11 +199,41 @@ def main():
     print(f"loss errors against Dopri8 (1e-13): {results['loss_error']}; "
           f"Tsit5 (1e-9) took {results['diffrax_tsit5_num_steps']} steps")
 
+    results["chains"] = chain_gradients(100 if quick else 1000)
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})
     method = f"medians of {REPEATS} interleaved runs after a warm-up"
     path = write("gradients", {"method": method, "results": results}, quick=quick)
     print(f"wrote {path}")
+
+
+def chain_gradients(num_steps, sizes=(4, 16, 64)):
+    """µs per step of the forward pass and of `jax.grad` of a final-state loss, chain pendulum."""
+    cp = s2.models.chain_pendulum
+    system = s2.LagrangianSystem(cp.lagrangian, inertia_structure="chain")
+    results = {}
+    for n in sizes:
+        params = jax.tree_util.tree_map(jnp.asarray, cp.paper_params(n))
+        q0, omega0 = (jnp.asarray(x) for x in cp.paper_state(n))
+
+        def make(steps, grad, params=params, q0=q0, omega0=omega0):
+            def loss(scale, p):
+                sol = s2.simulate(system, q0, scale * omega0, p, dt=0.01, num_steps=steps, save_every=steps,
+                                  throw=False)
+                return jnp.sum(sol.q[-1] * jnp.arange(3.0)[None]) + jnp.sum(sol.omega[-1])
+
+            compiled = jit(jax.grad(loss) if grad else loss).lower(1.0, params).compile()
+            return lambda: compiled(1.0, params)
+
+        runs = {(grad, k): make(k, grad) for grad in (False, True) for k in (num_steps, 2 * num_steps)}
+        timed = interleaved_medians(runs, repeats=REPEATS)
+        forward_us, grad_us = (
+            1e6 * (timed[grad, 2 * num_steps][0] - timed[grad, num_steps][0]) / num_steps for grad in (False, True)
+        )
+        results[str(n)] = {"forward_us": forward_us, "grad_us": grad_us, "grad_over_forward": grad_us / forward_us}
+        print(f"chain n = {n}: forward {forward_us:.2f} µs/step, grad {grad_us:.2f} µs/step "
+              f"({grad_us / forward_us:.1f}×)")
+    return results
 
 
 if __name__ == "__main__":

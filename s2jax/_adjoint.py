@@ -108,8 +108,8 @@ class StepwiseAdjoint(AbstractAdjoint):
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
     bodies about 15n floats per step with the `VariationalIntegrator`: 2.5 MB for 10⁴ steps of
     the double pendulum, against 11.7 MB for `DirectAdjoint`). Time, measured on 002 Example 1
-    over 10⁴ steps (`benchmarks/gradients.py`, 2-core CPU): 4.6× the forward pass, against
-    3.2× for `DirectAdjoint`, 3.6× for `CheckpointedAdjoint` and 5.2× for `ReversibleAdjoint`
+    over 10⁴ steps (`benchmarks/gradients.py`, 2-core CPU): 3.7× the forward pass, against
+    2.4× for `DirectAdjoint`, 2.7× for `CheckpointedAdjoint` and 4.4× for `ReversibleAdjoint`
     (the forward pass takes lazy steps; the backward pass full ones, with the solve for ω).
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step
