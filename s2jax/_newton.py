@@ -59,9 +59,9 @@ def newton_root(
     is `jacobian_solve(x*, ·)` itself (`_structured_root`: O(n) for a chain, against `jacfwd`'s
     3n passes of the residual and a dense block solve); otherwise `jax.lax.custom_root` forms
     the Jacobian with `jax.jacfwd`.
-    `benchmarks/gradients.py` compares this with optimistix's Newton + `ImplicitAdjoint` on
-    one solve of (3.16): the gradient costs 110–190 µs here against 50–95 µs there on a
-    shared 2-core CPU (noisy; optimistix ahead by 1.1–4×). `custom_root` is kept for now
+    `benchmarks/gradients.py` compares the `custom_root` path with optimistix's Newton +
+    `ImplicitAdjoint` on one dense solve of (3.16): the gradient costs 71 µs here against 29 µs
+    there on a shared 2-core CPU (earlier runs 1.1–4× apart). `custom_root` is kept for now
     because it keeps the linear solves in the block elimination and works inside the
     reversible adjoint as it is; moving to optimistix is an open, measured option.
 

@@ -163,9 +163,11 @@ class Loop(eqx.Module):
     def time(self, k: Int[Array, ""], dt: Float[Array, ""]) -> Float[Array, ""]:
         return k.astype(dt.dtype) * dt
 
-    def advance(self, t0, dt, y, state, args):
-        """The integrator's step from t0 by dt: `(y_next, state_next, result)`."""
-        return self.integrator.step(self.system, t0, dt, y, args, state)
+    def advance(self, t0, dt, y, state, args, *, lazy=False):
+        """The integrator's step from t0 by dt: `(y_next, state_next, result)`; with `lazy`,
+        `AbstractIntegrator.lazy_step` (the adjoints' backward passes take full steps)."""
+        take_step = self.integrator.lazy_step if lazy else self.integrator.step
+        return take_step(self.system, t0, dt, y, args, state)
 
     @property
     def lazy(self) -> bool:
@@ -188,8 +190,7 @@ class Loop(eqx.Module):
 
     def step(self, carry: LoopState, args: SystemArgs, dt: Float[Array, ""], u=None) -> LoopState:
         args = self.control(carry.step, carry.y, args, dt, u)
-        take_step = self.integrator.lazy_step if self.lazy else self.integrator.step
-        y, state, result = take_step(self.system, self.time(carry.step, dt), dt, carry.y, args, carry.state)
+        y, state, result = self.advance(self.time(carry.step, dt), dt, carry.y, carry.state, args, lazy=self.lazy)
         running = carry.result == RESULTS.successful
         accept = running & (result == RESULTS.successful)
         y, state = jtu.tree_map(lambda new, old: jnp.where(accept, new, old), (y, state), (carry.y, carry.state))

@@ -255,7 +255,7 @@ def tilted_chain_solve(
     """v with v_i ⊥ p_i and P_{q_i} (M v)_i = g_i, for a chain's M, in O(n) (`_articulated_sweeps`).
 
     For p = q this is the tangential part of (2.11)'s solve. With p_i = q_{i,k+1} it is the
-    Newton step of (3.16) written in the displacements (`variational._chain_newton`): the rows
+    Newton step of (3.16) written in the displacements (`variational._displacement_newton`): the rows
     are projected at q_k, the unknowns vary along the sphere at q_{k+1}. Needs p_i·q_i > 0
     (the two points on the same hemisphere), true for any step that (3.16) can take.
 

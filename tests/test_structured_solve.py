@@ -230,7 +230,7 @@ def test_chain_vi_step_too_large_is_a_result_code():
 
 @pytest.mark.slow
 def test_chain_vi_matches_dense_newton_over_200_steps():
-    """Newton's method on the displacements with the O(n) tilted solve (`_chain_newton`) reaches
+    """Newton's method on the displacements with the O(n) tilted solve (`_displacement_newton`) reaches
     the same trajectory as the chord iterations with the dense Jacobian of (3.16)."""
     n = 16
     params = cp.paper_params(n)

@@ -118,8 +118,9 @@ def _rotate_by_tangent(q, t, squared):
     return q + (t - (squared / root) * q), root, slack
 
 
-def _chain_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
-    """(3.16) for a chain by Newton's method on the tangential displacements, O(n) per iteration.
+def _displacement_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
+    """(3.16) for a chain or any two bodies by Newton's method on the tangential displacements,
+    O(n) per iteration.
 
     For f ⊥ q, 2 M_ii f_i/(1 + |f_i|²) = M_ii q_i × D_i with D = q_{k+1} − q_k, so (3.16) reads
     q_i × (M D)_i = d_i: the tangential part of (M D)_i is g_i = −q_i × d_i (the discrete Legendre
@@ -231,7 +232,7 @@ class VariationalIntegrator(AbstractIntegrator):
        by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`) with the
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
        for a chain (M_ij = c_{max(i,j)} l_i l_j) and for any two bodies, by Newton's method on
-       the displacements with an O(n) solve (`_chain_newton`); derivatives by the implicit
+       the displacements with an O(n) solve (`_displacement_newton`); derivatives by the implicit
        function theorem with the true Jacobian (for the displacements, the same O(n) solve).
        For a single body (3.16) is solved in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
@@ -327,7 +328,7 @@ class VariationalIntegrator(AbstractIntegrator):
         elif args.chain is not None or q.shape[0] == 2:
             # A chain, or any two bodies (`tilted_two_body_solve`; the double pendulum,
             # `benchmarks/step_speed.py`).
-            f, q_next, converged, solvable = _chain_newton(
+            f, q_next, converged, solvable = _displacement_newton(
                 q, d, dt * guess, inertia, args.chain,
                 rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
             )
