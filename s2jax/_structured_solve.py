@@ -126,36 +126,6 @@ def two_body_solve(
     return jnp.stack([a + (n1 / m11) * q1, b + (n2 / m22) * q2])
 
 
-def tilted_two_body_solve(
-    q: Float[Array, "2 3"], p: Float[Array, "2 3"], g: Float[Array, "2 3"], inertia: Float[Array, "2 2"]
-) -> Float[Array, "2 3"]:
-    """`tilted_chain_solve` for two bodies and any M, in closed form: v with v_i ⊥ p_i and
-    P_{q_i}(M v)_i = g_i (g_i ⊥ q_i, P_q x = x − q (q·x), s_i = p_i·q_i > 0).
-
-    With a_i = P_{q_i} v_i, v_i = Π_i a_i, Π_i a = a − q_i (p_i·a)/s_i (the point of T_{p_i}S²
-    above a), and Π_i P_{q_i} = Π_i. Row 2 gives a₂ = (g₂ − M₁₂ P_{q₂} v₁)/M₂₂; in row 1 this
-    leaves (M₁₁ − k K) a₁ = r with k = M₁₂²/M₂₂, r = g₁ − (M₁₂/M₂₂) P_{q₁} Π₂ g₂ and
-    K = P_{q₁} Π₂ Π₁ = I − u wᵀ on T_{q₁}S², u = P_{q₁} q₂ / s₂, w = p₂ − p₁ (p₂·q₁)/s₁. Sherman–
-    Morrison: a₁ = (r − k u (w·r)/(M₁₁ − k + k w·u)) / (M₁₁ − k). For p = q this is the
-    tangential part of `two_body_solve` (w·u = 1 − (q₁·q₂)²). Four levels of dot products
-    against the eight or more of the articulated sweeps (`benchmarks/step_speed.py`).
-    """
-    q1, q2, p1, p2, g1, g2 = q[0], q[1], p[0], p[1], g[0], g[1]
-    m11, m12, m22 = inertia[0, 0], inertia[0, 1], inertia[1, 1]
-    inverse_s1, inverse_s2 = 1.0 / jnp.dot(p1, q1), 1.0 / jnp.dot(p2, q2)
-    u = (q2 - jnp.dot(q1, q2) * q1) * inverse_s2
-    w = p2 - p1 * (jnp.dot(p2, q1) * inverse_s1)
-    ratio = m12 / m22
-    k = m12 * ratio
-    r = g1 - ratio * (g2 - q1 * jnp.dot(q1, g2) - u * jnp.dot(p2, g2))
-    alpha = m11 - k
-    a1 = (r - u * (k * jnp.dot(w, r) / (alpha + k * jnp.dot(w, u)))) / alpha
-    v1 = a1 - q1 * (jnp.dot(p1, a1) * inverse_s1)
-    a2 = (g2 - m12 * (v1 - q2 * jnp.dot(q2, v1))) / m22
-    v2 = a2 - q2 * (jnp.dot(p2, a2) * inverse_s2)
-    return jnp.stack([v1, v2])
-
-
 def _articulated_sweeps(
     q: Float[Array, "n 3"], p: Float[Array, "n 3"] | None, g: Float[Array, "n 3"], masses: Float[Array, " n"]
 ) -> Float[Array, "n 3"]:

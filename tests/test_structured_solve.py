@@ -13,7 +13,6 @@ from s2jax._structured_solve import (
     chain_solve,
     inertia_times,
     tilted_chain_solve,
-    tilted_two_body_solve,
     two_body_solve,
 )
 
@@ -119,31 +118,6 @@ def test_two_body_solve_equals_dense_solve():
         expected = jnp.linalg.solve(dense, rhs.reshape(6)).reshape(2, 3)
         scale = float(jnp.max(jnp.abs(expected))) * float(jnp.linalg.cond(dense))
         np.testing.assert_allclose(two_body_solve(q, rhs, inertia), expected, rtol=0, atol=1e-14 * scale)
-
-
-def test_tilted_two_body_solve_equals_dense_solve():
-    """The closed form of `tilted_two_body_solve` against a dense solve of the tilted system
-    (as in `test_tilted_chain_solve_equals_dense_solve`), for random positive-definite M of
-    either sign of M₁₂ and M₁₂ = 0 (not a chain's M), unit q, p near q, g tangent at q; for
-    p = q, the tangential part of `two_body_solve`."""
-    for seed in range(6):
-        key_m, key_q, key_p, key_g = jax.random.split(jax.random.PRNGKey(300 + seed), 4)
-        factor = jax.random.normal(key_m, (2, 2))
-        inertia = factor @ factor.T + 0.2 * jnp.eye(2)
-        if seed == 0:
-            inertia = inertia * jnp.eye(2)
-        q, _ = s2.random_state(key_q, 2)
-        p = q + 0.3 * jax.random.normal(key_p, (2, 3))
-        p = p / jnp.linalg.norm(p, axis=-1, keepdims=True)
-        g = s2.project_tangent(q, jax.random.normal(key_g, (2, 3)))
-        dense = _dense_tilted_operator(q, p, inertia)
-        expected = jnp.linalg.solve(dense, g.reshape(6)).reshape(2, 3)
-        scale = float(jnp.max(jnp.abs(expected))) * float(jnp.linalg.cond(dense))
-        np.testing.assert_allclose(tilted_two_body_solve(q, p, g, inertia), expected, rtol=0, atol=1e-14 * scale)
-        omega = two_body_solve(q, jnp.cross(q, g), inertia)  # A ω = q × g: P(M v) = g, v = ω × q
-        np.testing.assert_allclose(
-            tilted_two_body_solve(q, q, g, inertia), jnp.cross(omega, q), rtol=0, atol=1e-13 * scale
-        )
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
-from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve, tilted_two_body_solve
+from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
+from .._two_body import two_body_newton
 from .base import AbstractIntegrator, check_finite
 
 
@@ -119,8 +120,7 @@ def _rotate_by_tangent(q, t, squared):
 
 
 def _displacement_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unrolled):
-    """(3.16) for a chain or any two bodies by Newton's method on the tangential displacements,
-    O(n) per iteration.
+    """(3.16) for a chain by Newton's method on the tangential displacements, O(n) per iteration.
 
     For f ⊥ q, 2 M_ii f_i/(1 + |f_i|²) = M_ii q_i × D_i with D = q_{k+1} − q_k, so (3.16) reads
     q_i × (M D)_i = d_i: the tangential part of (M D)_i is g_i = −q_i × d_i (the discrete Legendre
@@ -128,13 +128,13 @@ def _displacement_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unr
     D_i = t_i − α_i q_i (`_rotate_by_tangent`). The Jacobian of t ↦ P_{q_i}(M D(t))_i maps
     δt to P_{q_i}(M δD)_i, where δD_i is δt_i carried onto the tangent plane at q_{i,k+1}
     (δD_i ⊥ q_{i,k+1} with tangential part δt_i at q_i); so a Newton step is one
-    `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n) (for two bodies, any
-    M, the closed form `tilted_two_body_solve`), and the iterations
+    `tilted_chain_solve` with p_i = q_{i,k+1} of the current iterate, O(n), and the iterations
     converge quadratically: from the extrapolated guess of `VariationalIntegrator` (O(h³)) two
-    per step at h = 0.01 on the double pendulum and the 4-link chain, 2.6 at n = 32, 3.0 at
-    n = 128. (Chord iterations with the Jacobian at the guess, factorised once, were 4 % faster
-    on the double pendulum, but their error left is the linear-rate estimate itself: 10–1000
-    ulps on 30 % of the steps at two iterations, against ~K|δ₂|², round-off, here.) A term
+    per step at h = 0.01 on the 4-link chain, 2.6 at n = 32, 3.0 at n = 128. (Two bodies, any M,
+    take the same Newton iterations in tangent-plane coordinates, `_two_body.two_body_newton`.
+    Chord iterations with the Jacobian at the guess, factorised once, were 4 % faster on the
+    double pendulum, but their error left is the linear-rate estimate itself: 10–1000 ulps on
+    30 % of the steps at two iterations, against ~K|δ₂|², round-off, here.) A term
     (q_i·t_i) q_i in the residual holds t_i ⊥ q_i and keeps its Jacobian nonsingular for the
     implicit-function derivative, which uses the true Jacobian at the root.
 
@@ -157,29 +157,37 @@ def _displacement_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unr
     def residual(t):
         return tangential(inertia_times(inertia, step_end(t)[0], chain)) - tangent + dot(q, t)[:, None] * q
 
-    # The tangential displacement of the rotation f0 (the guess) at q_k.
-    t0 = 2.0 * jnp.cross(f0, q) / (1.0 + dot(f0, f0))[:, None]
-
-    def tilted_solve(p, g):
-        if q.shape[0] == 2:
-            return tilted_two_body_solve(q, p, g, inertia)
-        return tilted_chain_solve(q, p, g, *chain)
+    t0 = _tangent_guess(q, f0)
 
     def newton_step(t, r):
-        return tangential(tilted_solve(step_end(t)[1], tangential(r))) + dot(q, r)[:, None] * q
+        return tangential(tilted_chain_solve(q, step_end(t)[1], tangential(r), *chain)) + dot(q, r)[:, None] * q
 
     t, _, converged = newton_root(
         residual, t0, rtol=rtol, atol=atol, max_steps=max_steps, unrolled=unrolled, jacobian_solve=newton_step
     )
     t = tangential(t)
-    q_next, root, slack = _rotate_by_tangent(q, t, dot(t, t)[:, None])
-    # The Cayley vector of that rotation: f = q × t / (1 + √(1 − |t|²)), since 2 f × q/(1 + |f|²)
-    # = t for f ⊥ q (002 §3.3).
+    f, q_next, solvable = _rotation_of_tangent(q, t, dot(t, t)[:, None])
+    return f, q_next, converged, solvable
+
+
+def _tangent_guess(q, f0):
+    """The tangential displacement of the rotation cay(f0) at q: 2 f0 × q/(1 + |f0|²)."""
+    return 2.0 * jnp.cross(f0, q) / (1.0 + dot(f0, f0))[:, None]
+
+
+def _rotation_of_tangent(q, t, squared):
+    """(f, q_{k+1}, solvable) from the tangential displacements t ⊥ q, |t_i|² = `squared`.
+
+    q_{k+1} is the rotation of t itself (`_rotate_by_tangent`), and f its Cayley vector,
+    f = q × t/(1 + √(1 − |t|²)), since 2 f × q/(1 + |f|²) = t for f ⊥ q (002 §3.3). Past
+    |t_i| = 1 there is no such rotation (the iterates leave the sphere, and a solve can
+    overflow): the step is too large; then f = 0 and q_{k+1} = q, finite (the loop keeps the
+    state before the step), and solvable is False.
+    """
+    q_next, root, slack = _rotate_by_tangent(q, t, squared)
     f = jnp.cross(q, t) / root
-    # Past |t_i| = 1 the iterates leave the sphere and the tilted solve can overflow: the step
-    # is too large. Report that, with a finite f (the loop keeps the state before the step).
     solvable = jnp.all(slack > 0) & jnp.all(jnp.isfinite(t))
-    return jnp.where(solvable, f, 0.0), jnp.where(solvable, q_next, q), converged, solvable
+    return jnp.where(solvable, f, 0.0), jnp.where(solvable, q_next, q), solvable
 
 
 def _one_body_cayley(d: Float[Array, "1 3"], mass: Float[Array, "1 1"]) -> tuple[Float[Array, "1 3"], Bool[Array, ""]]:
@@ -231,9 +239,11 @@ class VariationalIntegrator(AbstractIntegrator):
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
        by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`) with the
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
-       for a chain (M_ij = c_{max(i,j)} l_i l_j) and for any two bodies, by Newton's method on
-       the displacements with an O(n) solve (`_displacement_newton`); derivatives by the implicit
-       function theorem with the true Jacobian (for the displacements, the same O(n) solve).
+       for a chain (M_ij = c_{max(i,j)} l_i l_j), by Newton's method on the displacements with
+       an O(n) solve (`_displacement_newton`); for any two bodies, by the same Newton iterations
+       in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`: 0.25 →
+       0.15 µs per step on Example 1); derivatives by the implicit function theorem with the
+       true Jacobian (for the displacements, the same structured solve).
        For a single body (3.16) is solved in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
        along q_i, so the solution has f_i ⊥ q_i without a constraint. The iterations start from
@@ -325,13 +335,19 @@ class VariationalIntegrator(AbstractIntegrator):
             f, solvable = _one_body_cayley(d, mass)
             converged, failure = solvable, RESULTS.step_too_large
             q_next = cayley_rotate(f, q)
-        elif args.chain is not None or q.shape[0] == 2:
-            # A chain, or any two bodies (`tilted_two_body_solve`; the double pendulum,
-            # `benchmarks/step_speed.py`).
-            f, q_next, converged, solvable = _displacement_newton(
-                q, d, dt * guess, inertia, args.chain,
-                rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
-            )
+        elif q.shape[0] == 2 or args.chain is not None:
+            if q.shape[0] == 2:
+                # Any two bodies (the double pendulum): Newton in tangent-plane coordinates.
+                t, squared, converged = two_body_newton(
+                    q, -jnp.cross(q, d), _tangent_guess(q, dt * guess), inertia,
+                    rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
+                )
+                f, q_next, solvable = _rotation_of_tangent(q, t, squared)
+            else:
+                f, q_next, converged, solvable = _displacement_newton(
+                    q, d, dt * guess, inertia, args.chain,
+                    rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
+                )
             failure = RESULTS.where(solvable, RESULTS.newton_failed, RESULTS.step_too_large)
             converged = converged & solvable
         else:
