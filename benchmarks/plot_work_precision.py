@@ -34,6 +34,8 @@ COLOURS = {
     "VI": "tab:blue",
     "VI-4": "tab:orange",
     "VI-6": "tab:green",
+    "VI-6KL": "darkgreen",
+    "VI-8KL": "navy",
     "LieEuler": "tab:olive",
     "LieEulerHeun": "tab:cyan",
     "RKMK3": "tab:pink",

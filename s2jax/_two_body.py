@@ -72,8 +72,8 @@ def two_body_newton(
     (the iterations stop on the coordinates of t, in its units). Derivatives are those of the
     exact root, by the implicit function theorem with the closed-form Jacobian.
 
-    **Returns:** `(t, squared, converged)`: t (t_i ⊥ q_i), |t_i|² (shape (2, 1); the rotation
-    exists for |t_i| < 1), and whether Newton converged.
+    **Returns:** `(t, squared, converged)`: t (t_i ⊥ q_i, projected), |t_i|² (shape (2, 1); the
+    rotation exists for |t_i| < 1), and whether Newton converged.
     """
     basis = tangent_basis(q)  # [i, α, :]
     # C[α, β] = e_{1α}·e_{2β}; c = (e_{1α}·q_2), c' = (e_{2β}·q_1); G and the guess in coordinates.
@@ -118,4 +118,10 @@ def two_body_newton(
         residual, x0, rtol=rtol, atol=atol, max_steps=max_steps, unrolled=unrolled, jacobian_solve=newton_step
     )
     t = x[:, 0, None] * basis[:, 0] + x[:, 1, None] * basis[:, 1]
-    return t, _squared_norms(x)[:, None], converged
+    # The basis is orthogonal to q only to round-off, by an error that is a function of q alone:
+    # left in, the normal part of t enters |q_{k+1}| by an error that need not average out over
+    # steps. Projected, t is as tangent as `_displacement_newton`'s (002 Example 1: mean
+    # unit-length error 1.2e-15 over 10⁴ steps, 3.5e-15 without the projection; both stay near
+    # 1e-14 over 10⁶ steps; the projection costs about 8 ns of 0.17 µs per step).
+    t = t - dot(q, t)[:, None] * q
+    return t, dot(t, t)[:, None], converged
