@@ -241,8 +241,8 @@ class VariationalIntegrator(AbstractIntegrator):
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
        for a chain (M_ij = c_{max(i,j)} l_i l_j), by Newton's method on the displacements with
        an O(n) solve (`_displacement_newton`); for any two bodies, by the same Newton iterations
-       in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`: 0.25 →
-       0.15 µs per step on Example 1); derivatives by the implicit function theorem with the
+       in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`: 0.26 →
+       0.18 µs per step on Example 1); derivatives by the implicit function theorem with the
        true Jacobian (for the displacements, the same structured solve).
        For a single body (3.16) is solved in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
