@@ -107,6 +107,11 @@ def _pair_quantities(q, params):
     return off_diagonal, distance2, attraction
 
 
+def _pair_sum(off_diagonal, attraction):
+    """Σ_{i≠j} (a_ij² − a_ij), the sum V/(2ε)."""
+    return jnp.sum(jnp.where(off_diagonal, attraction**2 - attraction, 0.0))
+
+
 @jax.custom_jvp
 def potential(q, params):
     """V(q) = 2ε Σ_{i≠j} [(σ²/d_ij²)⁶ − (σ²/d_ij²)³], d_ij = |q_i − q_j|, as one (n, n) array.
@@ -126,8 +131,7 @@ def potential(q, params):
     against reverse mode through the formula.
     """
     off_diagonal, _, attraction = _pair_quantities(q, params)
-    pair = attraction**2 - attraction
-    return 2.0 * params["epsilon"] * jnp.sum(jnp.where(off_diagonal, pair, 0.0))
+    return 2.0 * params["epsilon"] * _pair_sum(off_diagonal, attraction)
 
 
 @potential.defjvp
@@ -136,7 +140,7 @@ def _potential_jvp(primals, tangents):
     dq, dparams = tangents
     off_diagonal, distance2, attraction = _pair_quantities(q, params)
     epsilon, sigma = params["epsilon"], params["sigma"]
-    pair_sum = jnp.sum(jnp.where(off_diagonal, attraction**2 - attraction, 0.0))
+    pair_sum = _pair_sum(off_diagonal, attraction)
     slope = jnp.where(off_diagonal, (3.0 * attraction - 6.0 * attraction**2) / distance2, 0.0)
     gradient = 8.0 * epsilon * (jnp.sum(slope, axis=1)[:, None] * q - slope @ q)
     by_sigma = 2.0 * epsilon * jnp.sum(jnp.where(off_diagonal, 12.0 * attraction**2 - 6.0 * attraction, 0.0)) / sigma
