@@ -97,3 +97,27 @@ def test_two_body_newton_derivatives_match_finite_differences():
     # Fourth-order stencil: truncation ~eps⁴ ~ 1e-16, round-off ~1e-16/eps ~ 1e-12.
     np.testing.assert_allclose(jax.grad(loss)(s), fd, rtol=1e-9)
     np.testing.assert_allclose(jax.jvp(loss, (s,), (1.0,))[1], jax.grad(loss)(s), rtol=1e-13)
+
+
+def test_two_body_newton_under_jit_and_vmap():
+    """The same root and derivatives under `jax.jit(jax.vmap(...))` as eagerly one by one, in
+    reverse and forward mode (the step runs batched in `simulate_batch` and under `jax.grad`)."""
+    q, _ = s2.random_state(jax.random.PRNGKey(11), 2)
+    d = s2.project_tangent(q, 0.3 * jax.random.normal(jax.random.PRNGKey(12), (2, 3)))
+    weights = jnp.arange(1.0, 7.0).reshape(2, 3)
+
+    def loss(coupling):
+        inertia = jnp.array([[2.0, 0.0], [0.0, 1.0]]) + coupling * jnp.array([[0.0, 1.0], [1.0, 0.0]])
+        t, _, _ = two_body_newton(q, -jnp.cross(q, d), jnp.zeros((2, 3)), inertia, **NEWTON)
+        return jnp.sum(weights * t)
+
+    couplings = jnp.array([-0.6, 0.2, 0.9])
+    values = jax.jit(jax.vmap(loss))(couplings)
+    reverse = jax.jit(jax.vmap(jax.grad(loss)))(couplings)
+    forward = jax.jit(jax.vmap(lambda c: jax.jvp(loss, (c,), (jnp.ones_like(c),))[1]))(couplings)
+    for k, c in enumerate(couplings):
+        # Batched and single runs compile differently (fused multiply-adds): a few ulps
+        # (measured: 2.1e-15 for the values, 1.1e-16 for the gradients).
+        np.testing.assert_allclose(values[k], loss(c), rtol=1e-14)
+        np.testing.assert_allclose(reverse[k], jax.grad(loss)(c), rtol=1e-14)
+    np.testing.assert_allclose(forward, reverse, rtol=1e-14)  # measured 4.6e-16
