@@ -22,6 +22,8 @@ def tangent_basis(q: Float[Array, "... 3"]) -> np.ndarray:
     """An orthonormal basis (e₁, e₂) of T_q S² for each row of q, shape (..., 2, 3) (numpy).
 
     e₁ is built from the coordinate axis least aligned with q, so it is never degenerate.
+    (`_two_body.tangent_basis` is a JAX construction of such a basis, used inside the VI step;
+    these charts keep this one, so that their coordinates do not change.)
     """
     q = np.asarray(q)
     axis = np.eye(3)[np.argmin(np.abs(q), axis=-1)]

@@ -34,6 +34,10 @@ def tangent_basis(q: Float[Array, "... 3"]) -> Float[Array, "... 2 3"]:
     (JCGT 6(1), 2017): with σ = sign(q_z) (+1 at 0), a = −1/(σ + q_z) and b = q_x q_y a,
     e_1 = (1 + σ q_x² a, σ b, −σ q_x) and e_2 = (b, σ + q_y² a, −q_y). Its one division never
     comes near 0 (|σ + q_z| ≥ 1).
+
+    `_chart.tangent_basis` builds another such basis, in numpy (from the coordinate axis least
+    aligned with q), for the charts of `fit` and `s2jax.control`; those reach it through a host
+    callback when q is traced. This one is JAX and runs inside the step.
     """
     x, y, z = q[..., 0], q[..., 1], q[..., 2]
     sign = jnp.where(z >= 0, 1.0, -1.0)
