@@ -21,7 +21,9 @@ functions interleaved round-robin (the machine is shared and its load varies):
   (what s2jax uses on the dense path) against optimistix's Newton with `ImplicitAdjoint`;
 - chain pendula of n = 4, 16, 64 links (`inertia_structure="chain"`, traced params):
   `jax.jit(jax.grad(loss))` of a final-state loss against the forward pass, µs per step as
-  (t(2N) − t(N))/N with N = 1000 steps, which the O(n) implicit-function solve keeps O(n).
+  (t(2N) − t(N))/N with N = 1000 steps, which the O(n) implicit-function solve keeps O(n);
+  the same at n = 3 and 16 with M taken as dense (the default `inertia_structure`): chord
+  iterations, and the implicit-function derivative with the closed-form Jacobian of (3.16).
 
 Results go to benchmarks/results/gradients.json; `--quick` runs 100 steps instead of 10⁴ and
 writes to a temporary folder.
@@ -200,6 +202,7 @@ def main():
           f"Tsit5 (1e-9) took {results['diffrax_tsit5_num_steps']} steps")
 
     results["chains"] = chain_gradients(100 if quick else 1000)
+    results["dense"] = chain_gradients(100 if quick else 1000, sizes=(3, 16), inertia_structure="dense")
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})
     method = f"medians of {REPEATS} interleaved runs after a warm-up"
@@ -207,10 +210,12 @@ def main():
     print(f"wrote {path}")
 
 
-def chain_gradients(num_steps, sizes=(4, 16, 64)):
-    """µs per step of the forward pass and of `jax.grad` of a final-state loss, chain pendulum."""
+def chain_gradients(num_steps, sizes=(4, 16, 64), inertia_structure="chain"):
+    """µs per step of the forward pass and of `jax.grad` of a final-state loss, chain pendulum,
+    with the O(n) chain solves, or (`inertia_structure="dense"`) with M taken as dense: the
+    chord iterations and the implicit-function derivative with the closed-form Jacobian."""
     cp = s2.models.chain_pendulum
-    system = s2.LagrangianSystem(cp.lagrangian, inertia_structure="chain")
+    system = s2.LagrangianSystem(cp.lagrangian, inertia_structure=inertia_structure)
     results = {}
     for n in sizes:
         params = jax.tree_util.tree_map(jnp.asarray, cp.paper_params(n))
@@ -231,7 +236,7 @@ def chain_gradients(num_steps, sizes=(4, 16, 64)):
             1e6 * (timed[grad, 2 * num_steps][0] - timed[grad, num_steps][0]) / num_steps for grad in (False, True)
         )
         results[str(n)] = {"forward_us": forward_us, "grad_us": grad_us, "grad_over_forward": grad_us / forward_us}
-        print(f"chain n = {n}: forward {forward_us:.2f} µs/step, grad {grad_us:.2f} µs/step "
+        print(f"chain pendulum, {inertia_structure} M, n = {n}: forward {forward_us:.2f} µs/step, grad {grad_us:.2f} µs/step "
               f"({grad_us / forward_us:.1f}×)")
     return results
 

@@ -43,7 +43,8 @@ def newton_root(
     converges linearly, at a rate θ set by how far the approximation is from the Jacobian at
     the root, so it stops only once |δ_j| ≤ tol, where the error left is |δ_j| θ. With
     `jacobian_solve(x, r)`, the Newton step J(x)⁻¹ r in closed form (a structured solve that
-    never forms J), each iteration is a full Newton step without a Jacobian in memory.
+    never forms J), each iteration is a full Newton step without a Jacobian in memory. Given
+    both, the iterations are the chord's and `jacobian_solve` serves the derivative only.
 
     With δ_j the j-th update and tol = atol + rtol·max|x|, Newton stops once the error left
     after the update is estimated below tol: either |δ_j| ≤ tol (the error left is then
@@ -57,8 +58,9 @@ def newton_root(
     −(∂r/∂x)⁻¹ ∂r/∂θ at the converged point, for forward and reverse mode alike; the iterations
     themselves are never differentiated. With `jacobian_solve` the solve with ∂r/∂x at the root
     is `jacobian_solve(x*, ·)` itself (`_structured_root`: O(n) for a chain, against `jacfwd`'s
-    3n passes of the residual and a dense block solve); otherwise `jax.lax.custom_root` forms
-    the Jacobian with `jax.jacfwd`.
+    3n passes of the residual and a dense block solve; for the dense (3.16), the closed-form
+    Jacobian factorised once at the root); otherwise `jax.lax.custom_root` forms the Jacobian
+    with `jax.jacfwd`.
     `benchmarks/gradients.py` compares the `custom_root` path with optimistix's Newton +
     `ImplicitAdjoint` on one dense solve of (3.16): the gradient costs 71 µs here against 29 µs
     there on a shared 2-core CPU (earlier runs 1.1–4× apart). `custom_root` is kept for now
@@ -68,13 +70,19 @@ def newton_root(
     **Returns:** `(x, num_steps, converged)`.
     """
 
-    def solve(fn, x0, step_solve=jacobian_solve):
-        # `step_solve`: `jacobian_solve`, or its closure-converted form (`_structured_root`).
+    chord = approximate_inverse is not None
+    # The solve each iteration uses: the chord's fixed inverse, or the Newton step in closed form.
+    iteration_solve = (lambda x, r: approximate_inverse(r)) if chord else jacobian_solve
+
+    def solve(fn, x0, step_solve=iteration_solve):
+        # `step_solve`: `iteration_solve`, or, from `_structured_root`, the closure-converted
+        # `jacobian_solve` (None there for a chord: `iteration_solve` then).
+        step_solve = step_solve or iteration_solve
         def converged(x, step, size, previous):
             tol = atol + rtol * jnp.max(jnp.abs(x))
             # A chord iteration's error left is about |δ_j| θ, not ~|δ_j|³/|δ_{j−1}|²: stopping
             # on the estimate |δ_j| θ ≤ tol would leave errors of tol, not of round-off.
-            contracting = (step >= 2) & (size < previous) & (approximate_inverse is None)
+            contracting = (step >= 2) & (size < previous) & (not chord)
             return (size <= tol) | (contracting & (size * size <= tol * previous))
 
         def cond(carry):
@@ -84,9 +92,7 @@ def newton_root(
 
         def body(carry):
             x, step, size, _ = carry
-            if approximate_inverse is not None:
-                delta = approximate_inverse(-fn(x))
-            elif step_solve is not None:
+            if step_solve is not None:
                 delta = step_solve(x, -fn(x))
             else:
                 delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
@@ -109,37 +115,46 @@ def newton_root(
         return _solve_jacobian(jacobian, rhs)
 
     if jacobian_solve is not None:
-        x, (steps, ok) = _structured_root(residual, jacobian_solve, solve, initial_guess)
+        x, (steps, ok) = _structured_root(residual, jacobian_solve, solve, initial_guess, chord)
     else:
         x, (steps, ok) = lax.custom_root(residual, initial_guess, solve, tangent_solve, has_aux=True)
     return x, lax.stop_gradient(steps).astype(int), lax.stop_gradient(ok) > 0
 
 
-def _structured_root(residual, jacobian_solve, solve, initial_guess):
+def _structured_root(residual, jacobian_solve, solve, initial_guess, chord):
     """`solve(residual, initial_guess)` = (x*, aux), differentiated by the implicit function
     theorem with `jacobian_solve(x*, ·)` = (∂r/∂x)⁻¹ at the root: dx* = −J⁻¹ (∂r/∂θ dθ).
 
     The arrays that `residual` and `jacobian_solve` close over (θ: q, d, M, …) become explicit
-    arguments (`jax.closure_convert`) of a `jax.custom_jvp`; reverse mode transposes its linear
-    tangent, so the adjoint solve is the transpose of the structured one. The starting point
-    gets no derivative (as with `custom_root`)."""
+    arguments (`jax.closure_convert`). The iterations run on them with `stop_gradient` (they are
+    never differentiated), and a `jax.custom_jvp` attaches the derivative to their root; reverse
+    mode transposes its linear tangent, so the adjoint solve is the transpose of the structured
+    one. With `chord`, the iterations use `newton_root`'s `approximate_inverse`, whose own
+    arguments must carry no derivative (the caller stops them). The starting point gets no
+    derivative (as with `custom_root`)."""
     x0 = lax.stop_gradient(initial_guess)
     residual_fn, residual_consts = jax.closure_convert(residual, x0)
     solve_fn, solve_consts = jax.closure_convert(jacobian_solve, x0, x0)
-    return _root(residual_fn, solve_fn, solve, x0, tuple(residual_consts), tuple(solve_consts))
+    fixed_residual = lax.stop_gradient(tuple(residual_consts))
+    fixed_solve = lax.stop_gradient(tuple(solve_consts))
+    x, aux = solve(
+        lambda x: residual_fn(x, *fixed_residual),
+        x0,
+        None if chord else (lambda x, r: solve_fn(x, r, *fixed_solve)),
+    )
+    return _root(residual_fn, solve_fn, x, tuple(residual_consts), tuple(solve_consts)), aux
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _root(residual_fn, solve_fn, solve, x0, residual_consts, solve_consts):
-    return solve(lambda x: residual_fn(x, *residual_consts), x0, lambda x, r: solve_fn(x, r, *solve_consts))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _root(residual_fn, solve_fn, x, residual_consts, solve_consts):
+    """x, the root of residual_fn(·, *residual_consts), with its implicit-function derivative."""
+    return x
 
 
 @_root.defjvp
-def _root_jvp(residual_fn, solve_fn, solve, primals, tangents):
-    x0, residual_consts, solve_consts = primals
+def _root_jvp(residual_fn, solve_fn, primals, tangents):
+    x, residual_consts, solve_consts = primals
     _, residual_tangents, _ = tangents
-    x, aux = _root(residual_fn, solve_fn, solve, x0, residual_consts, solve_consts)
     # ∂r/∂θ dθ at the root, then −J⁻¹ of it; J's own dependence on θ is second order.
     _, dr = jax.jvp(lambda consts: residual_fn(x, *consts), (residual_consts,), (residual_tangents,))
-    dx = -solve_fn(x, dr, *solve_consts)
-    return (x, aux), (dx, jax.tree_util.tree_map(jnp.zeros_like, aux))
+    return x, -solve_fn(x, dr, *solve_consts)

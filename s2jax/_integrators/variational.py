@@ -21,8 +21,9 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax import lax
 
-from .._block_elimination import MAX_UNROLLED_BODIES, block_factor
+from .._block_elimination import MAX_UNROLLED_BODIES, block_factor, block_solve
 from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
@@ -97,9 +98,11 @@ def _chord_solve(f0, q, inertia):
     the closed-form Jacobian (`cayley_jacobian`) at the starting point f0 (the extrapolated
     guess, off the root by O(h³)), factorised once (`block_factor`). The iterations contract by
     O(|f0 − f*|), nearly as fast as Newton's, without forming and factorising a Jacobian per
-    iteration (2.0 per step on 002 Example 4, h = 1e-4).
+    iteration (2.0 per step on 002 Example 4, h = 1e-4). It carries no derivative: the
+    iterations are never differentiated (`newton_root` differentiates their root, with the true
+    Jacobian).
     """
-    return block_factor(cayley_jacobian(f0, q, inertia))
+    return block_factor(cayley_jacobian(*lax.stop_gradient((f0, q, inertia))))
 
 
 def _rotate_by_tangent(q, t, squared):
@@ -243,7 +246,8 @@ class VariationalIntegrator(AbstractIntegrator):
        an O(n) solve (`_displacement_newton`); for any two bodies, by the same Newton iterations
        in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`: 0.26 →
        0.18 µs per step on Example 1); derivatives by the implicit function theorem with the
-       true Jacobian (for the displacements, the same structured solve).
+       true Jacobian (for the displacements, the same structured solve; on the dense path,
+       `cayley_jacobian` at the root, factorised once, not `jax.jacfwd`'s 3n residual passes).
        For a single body (3.16) is solved in closed form (`_one_body_cayley`).
        The q_i component of the first term, 2 M_ii (f_i·q_i)/(1 + |f_i|²), is the only one
        along q_i, so the solution has f_i ⊥ q_i without a constraint. The iterations start from
@@ -355,6 +359,7 @@ class VariationalIntegrator(AbstractIntegrator):
             f, _, converged = newton_root(
                 cayley_residual, f0, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
                 unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia),
+                jacobian_solve=lambda f, r: block_solve(cayley_jacobian(f, q, inertia), r),
             )
             failure = RESULTS.newton_failed
             q_next = cayley_rotate(f, q)
