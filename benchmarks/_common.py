@@ -14,7 +14,10 @@ import jax
 
 import s2jax as s2
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+# Where results go: benchmarks/results/ (the runs the docs cite, a shared 2-core AMD EPYC), or
+# the folder named by S2JAX_BENCHMARK_RESULTS, for runs on another machine that must not
+# overwrite those (benchmarks/results/intel_xeon/: a shared 2-core Intel Xeon).
+RESULTS = pathlib.Path(os.environ.get("S2JAX_BENCHMARK_RESULTS") or pathlib.Path(__file__).parent / "results")
 
 
 def jit(fn, **kwargs):

@@ -16,7 +16,10 @@ functions interleaved round-robin (the machine is shared and its load varies):
   reverse mode with `RecursiveCheckpointAdjoint` and in forward mode (`jax.jacfwd` with
   `diffrax.ForwardMode`, its fastest form for a few parameters), and through the VI's 10⁴ steps
   of h = 0.01 (`ConstantStepSize`), the per-step comparison; the error of each loss against
-  Dopri8 at 1e-13, and the number of steps Tsit5 took;
+  Dopri8 at 1e-13, the gradients' errors against Dopri8's, and the number of steps Tsit5 took;
+- the same loss and gradient through VI-6KL (h = 0.1) and VI-8KL (h = 0.25, 0.2), in reverse
+  mode with `CheckpointedAdjoint` and in forward mode (`jax.jacfwd`), their loss errors and
+  times against both Tsit5 gradients again (a comparison at equal accuracy);
 - the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
   (what s2jax uses on the dense path) against optimistix's Newton with `ImplicitAdjoint`;
 - chain pendula of n = 4, 16, 64 links (`inertia_structure="chain"`, traced params):
@@ -198,9 +201,20 @@ def main():
         "tsit5_constant_h": abs(float(tsit5_loss(PARAMS, num_steps, constant=True)) - reference),
     }
     results["diffrax_tsit5_num_steps"] = int(adaptive.stats["num_steps"])
+    # And what the gradients are worth: against Dopri8's at 1e-13 (forward mode, five tangents),
+    # max over the five params of |error| relative to max |gradient|.
+    exact = jit(jax.jacfwd(lambda p: jnp.sum(
+        WEIGHTS * diffrax_solution(p, num_steps, diffrax.ForwardMode(), diffrax.Dopri8(), 1e-13).ys[0][-1]
+    )))(PARAMS)
+    gradient_error = functools.partial(relative_gradient_error, exact)
+    results["gradient_error"] = {
+        "vi_h": gradient_error(grads["DirectAdjoint"](PARAMS)), "tsit5_1e-9": gradient_error(tsit5(PARAMS)),
+    }
+    print(f"gradient errors (relative) against Dopri8 (1e-13): {results['gradient_error']}")
     print(f"loss errors against Dopri8 (1e-13): {results['loss_error']}; "
           f"Tsit5 (1e-9) took {results['diffrax_tsit5_num_steps']} steps")
 
+    results["high_order"] = high_order_gradients(reference, gradient_error, tsit5, tsit5_forward, quick)
     results["chains"] = chain_gradients(100 if quick else 1000)
     results["dense"] = chain_gradients(100 if quick else 1000, sizes=(3, 16), inertia_structure="dense")
     results["newton_ift"] = newton_comparison()
@@ -208,6 +222,71 @@ def main():
     method = f"medians of {REPEATS} interleaved runs after a warm-up"
     path = write("gradients", {"method": method, "results": results}, quick=quick)
     print(f"wrote {path}")
+
+
+HIGH_ORDER = (("VI-6KL", 6, 0.1), ("VI-8KL", 8, 0.25), ("VI-8KL", 8, 0.2))
+
+
+def relative_gradient_error(exact, gradient):
+    """max_k |gradient_k − exact_k| / max_k |exact_k| over the params k."""
+    return max(float(jnp.abs(gradient[k] - exact[k])) for k in PARAMS) / max(float(jnp.abs(exact[k])) for k in PARAMS)
+
+
+def high_order_gradients(reference, gradient_error, tsit5, tsit5_forward, quick):
+    """The same loss through the Kahan–Li compositions at larger steps: a gradient at equal
+    accuracy, where the fixed 10⁴ VI steps are not.
+
+    For each (method, h): the loss error against Dopri8 at 1e-13, the forward time, the reverse
+    gradient with `CheckpointedAdjoint` and the forward-mode one (`jax.jacfwd` over the five
+    params), timed interleaved with adaptive Tsit5's reverse (`RecursiveCheckpointAdjoint`) and
+    forward-mode (`ForwardMode`) gradients again; the largest difference between the two VI
+    gradients (they differentiate the same discrete map), and the gradient's error
+    (`gradient_error`, against Dopri8 at 1e-13)."""
+    horizon = DT * (100 if quick else NUM_STEPS)
+    runs = {"tsit5": lambda: tsit5(PARAMS), "tsit5_forward_mode": lambda: tsit5_forward(PARAMS)}
+    out = {}
+    for name, order, h in HIGH_ORDER:
+        integrator = s2.Composition(s2.VariationalIntegrator(), order=order, method="kahan_li")
+        steps = int(round(horizon / h))
+
+        def loss(params, adjoint, integrator=integrator, h=h, steps=steps):
+            sol = s2.simulate(
+                dsp.lagrangian, Q0, OMEGA0, params, dt=h, num_steps=steps, save_every=steps,
+                integrator=integrator, adjoint=adjoint,
+            )
+            return jnp.sum(WEIGHTS * sol.q[-1])
+
+        key = f"{name} h={h}"
+        forward = jit(functools.partial(loss, adjoint=s2.DirectAdjoint()))
+        reverse = jit(jax.grad(functools.partial(loss, adjoint=s2.CheckpointedAdjoint())))
+        forward_mode = jit(jax.jacfwd(functools.partial(loss, adjoint=s2.DirectAdjoint())))
+        runs |= {
+            f"{key} forward": lambda f=forward: f(PARAMS),
+            f"{key} reverse": lambda f=reverse: f(PARAMS),
+            f"{key} forward_mode": lambda f=forward_mode: f(PARAMS),
+        }
+        modes_differ = max(float(jnp.abs(reverse(PARAMS)[k] - forward_mode(PARAMS)[k])) for k in PARAMS)
+        assert modes_differ < 1e-8, f"{key}: reverse and forward mode differ by {modes_differ:.1e}"
+        out[key] = {
+            "h": h, "num_steps": steps, "sub_steps": steps * len(integrator.weights),
+            "loss_error": abs(float(forward(PARAMS)) - reference),
+            "reverse_minus_forward_mode": modes_differ,
+            "gradient_error": gradient_error(reverse(PARAMS)),
+        }
+    timed = interleaved_medians(runs, repeats=REPEATS)
+    for key, entry in out.items():
+        entry |= {mode: timed[f"{key} {mode}"][0] for mode in ("forward", "reverse", "forward_mode")}
+        entry["reverse_over_tsit5"] = entry["reverse"] / timed["tsit5"][0]
+        entry["forward_mode_over_tsit5"] = entry["forward_mode"] / timed["tsit5"][0]
+        print(f"{key} ({entry['sub_steps']} sub-steps): loss error {entry['loss_error']:.1e}; forward "
+              f"{entry['forward']:.4f} s; grad, CheckpointedAdjoint {entry['reverse']:.4f} s = "
+              f"{entry['reverse_over_tsit5']:.2f}× Tsit5 (1e-9), jax.jacfwd {entry['forward_mode']:.4f} s = "
+              f"{entry['forward_mode_over_tsit5']:.2f}×; gradient error {entry['gradient_error']:.1e}")
+    out["tsit5_grad_s"] = timed["tsit5"][0]
+    out["tsit5_forward_mode_s"] = timed["tsit5_forward_mode"][0]
+    print(f"  Tsit5 (1e-9) grad {out['tsit5_grad_s']:.4f} s, "
+          f"ForwardMode jax.jacfwd {out['tsit5_forward_mode_s']:.4f} s")
+    return out
 
 
 def chain_gradients(num_steps, sizes=(4, 16, 64), inertia_structure="chain"):
@@ -236,8 +315,8 @@ def chain_gradients(num_steps, sizes=(4, 16, 64), inertia_structure="chain"):
             1e6 * (timed[grad, 2 * num_steps][0] - timed[grad, num_steps][0]) / num_steps for grad in (False, True)
         )
         results[str(n)] = {"forward_us": forward_us, "grad_us": grad_us, "grad_over_forward": grad_us / forward_us}
-        print(f"chain pendulum, {inertia_structure} M, n = {n}: forward {forward_us:.2f} µs/step, grad {grad_us:.2f} µs/step "
-              f"({grad_us / forward_us:.1f}×)")
+        print(f"chain pendulum, {inertia_structure} M, n = {n}: forward {forward_us:.2f} µs/step, "
+              f"grad {grad_us:.2f} µs/step ({grad_us / forward_us:.1f}×)")
     return results
 
 
