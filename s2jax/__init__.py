@@ -8,6 +8,7 @@ from ._adjoint import (
     DirectAdjoint as DirectAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
     StepwiseAdjoint as StepwiseAdjoint,
+    default_adjoint as default_adjoint,
 )
 from ._batch import simulate_batch as simulate_batch
 from ._diagnostics import (

@@ -63,7 +63,8 @@ class AbstractAdjoint(eqx.Module):
 
 class DirectAdjoint(AbstractAdjoint):
     """Reverse mode through the `lax.scan` as it is: stores every step's intermediate values.
-    The default, and the adjoint for forward mode (`jax.jvp`, `jax.jacfwd`)."""
+    The default below `CHECKPOINT_FROM_STEPS` steps (`default_adjoint`); forward mode
+    (`jax.jvp`, `jax.jacfwd`) goes through it at no extra cost."""
 
     def loop(self, loop, inputs, result0):
         return loop.run(inputs, result0, _scan_steps)[:2]
@@ -99,6 +100,26 @@ class CheckpointedAdjoint(AbstractAdjoint):
         return loop.run(inputs, result0, scan_steps)[:2]
 
 
+CHECKPOINT_FROM_STEPS = 2000
+"""From this many steps on, `simulate`'s default adjoint is `CheckpointedAdjoint`."""
+
+
+def default_adjoint(num_steps: int) -> AbstractAdjoint:
+    """The adjoint `simulate` uses when none is given: `DirectAdjoint()` for fewer than
+    `CHECKPOINT_FROM_STEPS` (2000) steps, `CheckpointedAdjoint()` from there on.
+
+    Where the two cross, measured (`benchmarks/gradients.py` and a sweep of run lengths, double
+    and chain pendula of 2–16 links, two 2-core CPUs): up to 10³ steps `DirectAdjoint` is up to
+    20 % faster (it does not run the forward pass twice); near 2000 steps they are level; from
+    4000 steps on `CheckpointedAdjoint` is 20–35 % faster on an Intel Xeon (10⁴ steps of the
+    double pendulum: 3.4–3.8× the forward pass against 4.9–7.0×) and 10–15 % on an AMD EPYC,
+    because `DirectAdjoint`'s stored intermediates (15.5 MB at 10⁴ steps) leave the caches,
+    where `CheckpointedAdjoint` keeps √N states (0.19 MB). Forward mode is unaffected by the
+    choice: both differentiate the loop directly.
+    """
+    return CheckpointedAdjoint() if num_steps >= CHECKPOINT_FROM_STEPS else DirectAdjoint()
+
+
 class StepwiseAdjoint(AbstractAdjoint):
     """Reverse mode one step at a time, from the states stored by the forward pass.
 
@@ -107,10 +128,11 @@ class StepwiseAdjoint(AbstractAdjoint):
     step in turn, recomputing that step from its stored state (with the implicit-function
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
     bodies about 15n floats per step with the `VariationalIntegrator`: 2.5 MB for 10⁴ steps of
-    the double pendulum, against 11.7 MB for `DirectAdjoint`). Time, measured on 002 Example 1
-    over 10⁴ steps (`benchmarks/gradients.py`, 2-core CPU): 3.7× the forward pass, against
-    2.4× for `DirectAdjoint`, 2.7× for `CheckpointedAdjoint` and 4.4× for `ReversibleAdjoint`
-    (the forward pass takes lazy steps; the backward pass full ones, with the solve for ω).
+    the double pendulum, against 15.5 MB for `DirectAdjoint`). Time, measured on 002 Example 1
+    over 10⁴ steps (`benchmarks/gradients.py`, recent runs on two 2-core CPUs): 4.2–7.8× the
+    forward pass, against 3.4–3.8× for `CheckpointedAdjoint`, 3.6–7.1× for `DirectAdjoint` and
+    4.4–6.6× for `ReversibleAdjoint` (the forward pass takes lazy steps, the backward pass full
+    ones, with the solve for ω; the docs' Adjoints page has them per CPU).
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step
     integrator, forces that depend on ω and feedback policies, and is exact on chaotic

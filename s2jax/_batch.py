@@ -19,7 +19,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, PartitionSpec
 
-from ._adjoint import AbstractAdjoint, DirectAdjoint
+from ._adjoint import AbstractAdjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if
 from ._force import AbstractForce
@@ -44,7 +44,7 @@ def simulate_batch(
     integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None = None,
     force: AbstractForce | Callable | None = None,
     save_every: int = 1,
-    adjoint: AbstractAdjoint = DirectAdjoint(),
+    adjoint: AbstractAdjoint | None = None,
     throw: bool = True,
 ) -> Solution:
     """`simulate` for each of B initial states, the batch split over `devices`.
@@ -136,7 +136,7 @@ class _Member(eqx.Module):
     integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None
     force: AbstractForce | Callable | None
     save_every: int
-    adjoint: AbstractAdjoint
+    adjoint: AbstractAdjoint | None
 
     def __call__(self, q0, omega0, dynamic_params, dt) -> Solution:
         return simulate(

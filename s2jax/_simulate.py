@@ -19,7 +19,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 
-from ._adjoint import NO_FAILURE, AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
+from ._adjoint import NO_FAILURE, AbstractAdjoint, ReversibleAdjoint, default_adjoint
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError, error_if
 from ._force import AbstractForce, Force
@@ -240,7 +240,7 @@ def simulate(
     force: AbstractForce | Callable | None = None,
     controls: Float[ArrayLike, "num_steps ..."] | Callable | None = None,
     save_every: int = 1,
-    adjoint: AbstractAdjoint = DirectAdjoint(),
+    adjoint: AbstractAdjoint | None = None,
     throw: bool = True,
     progress: bool = False,
 ) -> Solution:
@@ -289,10 +289,13 @@ def simulate(
       is a force: write it as one.) Gradients flow to the array, or to the policy's arrays.
     - `save_every`: save every k-th state; must divide `num_steps`.
     - `adjoint`: how reverse-mode differentiation stores the trajectory: `DirectAdjoint()`
-      (default; every step's intermediates; forward mode too), `StepwiseAdjoint()` (the state
-      before each step; faster reverse mode, for any integrator and force),
-      `CheckpointedAdjoint(block_size)` or `ReversibleAdjoint()` (memory independent of the
-      number of steps; symmetric integrators and forces that do not depend on ω only).
+      (every step's intermediates), `CheckpointedAdjoint(block_size)` (the state at block
+      boundaries, memory ∝ √num_steps; the fastest reverse mode over long runs),
+      `StepwiseAdjoint()` (the state before each step; any integrator and force) or
+      `ReversibleAdjoint()` (memory independent of the number of steps; symmetric integrators
+      and forces that do not depend on ω only). None (default): `DirectAdjoint()` below 2000
+      steps, `CheckpointedAdjoint()` from there on (`s2jax.default_adjoint`, which says why).
+      The first two also serve forward mode (`jax.jvp`, `jax.jacfwd`).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
       index) if a step fails; with `throw=False` the failure is reported in `result`.
     - `progress`: say "compiling …" on stderr when compiling, then show a progress bar
@@ -311,6 +314,8 @@ def simulate(
 
     **Returns:** a `Solution`.
     """
+    if adjoint is None:
+        adjoint = default_adjoint(_positive_int(num_steps, "num_steps"))
     if not isinstance(adjoint, AbstractAdjoint):
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
     if integrator is not None and not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):

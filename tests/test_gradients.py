@@ -157,6 +157,26 @@ def test_reversible_adjoint_memory_does_not_grow_with_steps():
     assert _gradient_temp_bytes(s2.DirectAdjoint(), 10_000) > 5 * _gradient_temp_bytes(s2.DirectAdjoint(), 1_000)
 
 
+def test_default_adjoint_checkpoints_long_runs():
+    """`default_adjoint`: direct below 2000 steps, checkpointed from 2000 on."""
+    assert s2.default_adjoint(1) == s2.DirectAdjoint()
+    assert s2.default_adjoint(1999) == s2.DirectAdjoint()
+    assert s2.default_adjoint(2000) == s2.CheckpointedAdjoint()
+    assert s2.default_adjoint(10**6) == s2.CheckpointedAdjoint()
+
+
+@pytest.mark.slow
+def test_simulate_without_an_adjoint_takes_the_default():
+    """`simulate(adjoint=None)` compiles the program of `default_adjoint(num_steps)`: the
+    direct adjoint's memory below 2000 steps, a checkpointed gradient's (√N states, not every
+    step's intermediates) from 2000 on."""
+    assert _gradient_temp_bytes(None, 1999) == _gradient_temp_bytes(s2.DirectAdjoint(), 1999)
+    checkpointed = _gradient_temp_bytes(None, 2000)
+    assert checkpointed == _gradient_temp_bytes(s2.CheckpointedAdjoint(), 2000)
+    # 2000 steps of stored intermediates (3.1 MB measured) against 45 states (84 kB).
+    assert 10 * checkpointed < _gradient_temp_bytes(s2.DirectAdjoint(), 2000)
+
+
 @pytest.mark.slow
 def test_stepwise_adjoint_stores_states_not_intermediates():
     stepwise = _gradient_temp_bytes(s2.StepwiseAdjoint(), 10_000)
@@ -164,8 +184,9 @@ def test_stepwise_adjoint_stores_states_not_intermediates():
     # 10⁴ states of (q, −∂V/∂q, A(q)ω, f/h, d(f/h)/dt, h), 5 · 6 + 1 floats of 8 bytes each:
     # 2.48 MB, and a little more. ω itself is not kept: with A(q)ω carried (`ImplicitState`), no
     # step of this conservative system reads ω back. The direct adjoint keeps every
-    # intermediate value of every step: 11.7 MB measured, 4.7× (it was 18 MB, 9.5×, before the
-    # step carried A(q)ω, which left fewer intermediates on its path, hence 4× here, not 5×).
+    # intermediate value of every step: 15.5 MB measured, 6.2× (11.7 MB, 4.7×, before the
+    # two-body Newton in tangent-plane coordinates, whose scalar algebra has more, smaller
+    # intermediates; 18 MB, 9.5×, before the step carried A(q)ω), hence 4× here as a bound.
     state_bytes = 10_000 * (5 * 6 + 1) * 8
     assert state_bytes <= stepwise < 1.1 * state_bytes, stepwise
     assert 4 * stepwise < direct, (stepwise, direct)

@@ -32,7 +32,7 @@ def _penalise_failure(value, failed):
 class SingleShooting(AbstractControlSolver):
     """Minimise J over the controls alone, each cost evaluation one simulation from (q0, ω0).
 
-    Gradients come from reverse mode through the whole simulation (`DirectAdjoint`).
+    Gradients come from reverse mode through the whole simulation (`simulate`'s default adjoint).
 
     **Arguments:**
 
