@@ -108,14 +108,15 @@ def default_adjoint(num_steps: int) -> AbstractAdjoint:
     """The adjoint `simulate` uses when none is given: `DirectAdjoint()` for fewer than
     `CHECKPOINT_FROM_STEPS` (2000) steps, `CheckpointedAdjoint()` from there on.
 
-    Where the two cross, measured (`benchmarks/gradients.py` and a sweep of run lengths, double
-    and chain pendula of 2–16 links, two 2-core CPUs): up to 10³ steps `DirectAdjoint` is up to
-    20 % faster (it does not run the forward pass twice); near 2000 steps they are level; from
-    4000 steps on `CheckpointedAdjoint` is 20–35 % faster on an Intel Xeon (10⁴ steps of the
-    double pendulum: 3.4–3.8× the forward pass against 4.9–7.0×) and 10–15 % on an AMD EPYC,
-    because `DirectAdjoint`'s stored intermediates (15.5 MB at 10⁴ steps) leave the caches,
-    where `CheckpointedAdjoint` keeps √N states (0.19 MB). Forward mode is unaffected by the
-    choice: both differentiate the loop directly.
+    Where the two cross, measured on a 2-core Intel Xeon (a sweep of run lengths from 100 to
+    10⁴ steps: the double pendulum, chain pendula of 2, 4 and 16 links, VI-8KL): up to 10³
+    steps `DirectAdjoint` is up to 20 % faster (it does not run the forward pass twice); near
+    2000 steps they are level; from 4000 steps on `CheckpointedAdjoint` is 20–35 % faster (10⁴
+    steps of the double pendulum: 3.4–3.8× the forward pass against 4.9–7.0×), because
+    `DirectAdjoint`'s stored intermediates (15.5 MB at 10⁴ steps) leave the caches, where
+    `CheckpointedAdjoint` keeps √N states (0.19 MB). On an AMD EPYC (`benchmarks/gradients.py`
+    only) `DirectAdjoint` was faster at 10³ steps (0.78 against 0.96 ms) and 10–15 % slower at
+    10⁴. Forward mode is unaffected by the choice: both differentiate the loop directly.
     """
     return CheckpointedAdjoint() if num_steps >= CHECKPOINT_FROM_STEPS else DirectAdjoint()
 
