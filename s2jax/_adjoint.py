@@ -112,7 +112,7 @@ def default_adjoint(num_steps: int) -> AbstractAdjoint:
     10⁴ steps: the double pendulum, chain pendula of 2, 4 and 16 links, VI-8KL): up to 10³
     steps `DirectAdjoint` is up to 20 % faster (it does not run the forward pass twice); near
     2000 steps they are level; from 4000 steps on `CheckpointedAdjoint` is 20–35 % faster (10⁴
-    steps of the double pendulum: 3.4–3.8× the forward pass against 4.9–7.0×), because
+    steps of the double pendulum: 3.4–3.8× the forward pass against 4.9–7.1×), because
     `DirectAdjoint`'s stored intermediates (15.5 MB at 10⁴ steps) leave the caches, where
     `CheckpointedAdjoint` keeps √N states (0.19 MB). On an AMD EPYC (`benchmarks/gradients.py`
     only) `DirectAdjoint` was faster at 10³ steps (0.78 against 0.96 ms) and 10–15 % slower at
