@@ -314,8 +314,9 @@ def simulate(
 
     **Returns:** a `Solution`.
     """
+    num_steps = _positive_int(num_steps, "num_steps")
     if adjoint is None:
-        adjoint = default_adjoint(_positive_int(num_steps, "num_steps"))
+        adjoint = default_adjoint(num_steps)
     if not isinstance(adjoint, AbstractAdjoint):
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
     if integrator is not None and not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator)):
@@ -377,7 +378,6 @@ def simulate(
                 "ReversibleAdjoint cannot take a force that depends on ω: such a force (damping) "
                 "makes the step irreversible. Use DirectAdjoint or CheckpointedAdjoint."
             )
-    num_steps = _positive_int(num_steps, "num_steps")
     save_every = _positive_int(save_every, "save_every")
     if num_steps % save_every:
         raise ValueError(f"save_every = {save_every} must divide num_steps = {num_steps}")
