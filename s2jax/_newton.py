@@ -10,9 +10,14 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Int
+
+NEWTON_ROOT = "s2jax.newton_root"
+"""The `jax.ad_checkpoint.checkpoint_name` of what each solve returns (root, iteration count,
+convergence): `CheckpointedAdjoint` keeps these, so its second forward pass skips the iterations."""
 
 
 def _solve_jacobian(jacobian: Float[Array, "n 3 n 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
@@ -56,19 +61,29 @@ def newton_root(
 
     Derivatives are those of the exact root (implicit function theorem): dx*/dθ =
     −(∂r/∂x)⁻¹ ∂r/∂θ at the converged point, for forward and reverse mode alike; the iterations
-    themselves are never differentiated. With `jacobian_solve` the solve with ∂r/∂x at the root
-    is `jacobian_solve(x*, ·)` itself (`_structured_root`: O(n) for a chain, against `jacfwd`'s
-    3n passes of the residual and a dense block solve; for the dense (3.16), the closed-form
-    Jacobian factorised once at the root); otherwise `jax.lax.custom_root` forms the Jacobian
-    with `jax.jacfwd`.
-    `benchmarks/gradients.py` compares the `custom_root` path with optimistix's Newton +
-    `ImplicitAdjoint` on one dense solve of (3.16): the gradient costs 71 µs here against 29 µs
-    there on a shared 2-core CPU (earlier runs 1.1–4× apart). `custom_root` is kept for now
-    because it keeps the linear solves in the block elimination and works inside the
-    reversible adjoint as it is; moving to optimistix is an open, measured option.
+    themselves are never differentiated. The solve with ∂r/∂x at the root is
+    `jacobian_solve(x*, ·)` (`_structured_root`): O(n) for a chain, the closed-form Jacobian of
+    the dense (3.16) factorised once at the root, and by default `jax.jacfwd`'s Jacobian and
+    the block elimination.
+
+    The root, iteration count and convergence flag leave the solve under the checkpoint name
+    `NEWTON_ROOT`, which `CheckpointedAdjoint` saves: its second forward pass then evaluates
+    each step at the stored root, with no iterations. That is why every path, the `jax.jacfwd`
+    one included, goes through `_structured_root`: under `jax.lax.custom_root` (which the
+    default path used until 2026-11) the name is not seen, and the iterations ran again
+    (`benchmarks/gradients.py`; a `CheckpointedAdjoint` gradient of 2000 steps of the
+    `GeneralVariationalIntegrator` on the ellipsoid pendulum took 13.9 → 9.5 ms on a 2-core
+    Intel Xeon, with the forward pass unchanged). `benchmarks/gradients.py` also compares the default path
+    with optimistix's Newton + `ImplicitAdjoint` on one dense solve of (3.16) (a per-call
+    overhead: 99–141 µs against 31–38 µs on one solve, no difference measured inside
+    simulations).
 
     **Returns:** `(x, num_steps, converged)`.
     """
+
+    if jacobian_solve is None:
+        def jacobian_solve(x, r):
+            return _solve_jacobian(jax.jacfwd(residual)(x), r)
 
     chord = approximate_inverse is not None
     # The solve each iteration uses: the chord's fixed inverse, or the Newton step in closed form.
@@ -92,10 +107,7 @@ def newton_root(
 
         def body(carry):
             x, step, size, _ = carry
-            if step_solve is not None:
-                delta = step_solve(x, -fn(x))
-            else:
-                delta = _solve_jacobian(jax.jacfwd(fn)(x), -fn(x))
+            delta = step_solve(x, -fn(x))
             return x + delta, step + 1, jnp.max(jnp.abs(delta)), size
 
         big = jnp.array(jnp.finfo(x0.dtype).max, dtype=x0.dtype)
@@ -104,21 +116,10 @@ def newton_root(
             carry = body(carry)
         x, steps, size, previous = lax.while_loop(cond, body, carry)
         ok = converged(x, steps, size, previous)
-        # Returned as floats: `custom_root` gives its auxiliary outputs tangents of their own
-        # dtype, which JAX rejects for ints and bools.
-        return x, (steps.astype(x.dtype), ok.astype(x.dtype))
+        return checkpoint_name((x, (steps, ok)), NEWTON_ROOT)
 
-    def tangent_solve(linear_fn, rhs):
-        # `linear_fn` is linear, so its Jacobian may be taken at any point: at a constant
-        # zero it is computed once, not once per tangent when tangents are batched (jacfwd).
-        jacobian = jax.jacfwd(linear_fn)(jnp.zeros(rhs.shape, rhs.dtype))
-        return _solve_jacobian(jacobian, rhs)
-
-    if jacobian_solve is not None:
-        x, (steps, ok) = _structured_root(residual, jacobian_solve, solve, initial_guess, chord)
-    else:
-        x, (steps, ok) = lax.custom_root(residual, initial_guess, solve, tangent_solve, has_aux=True)
-    return x, lax.stop_gradient(steps).astype(int), lax.stop_gradient(ok) > 0
+    x, (steps, ok) = _structured_root(residual, jacobian_solve, solve, initial_guess, chord)
+    return x, steps, ok
 
 
 def _structured_root(residual, jacobian_solve, solve, initial_guess, chord):
@@ -129,9 +130,9 @@ def _structured_root(residual, jacobian_solve, solve, initial_guess, chord):
     arguments (`jax.closure_convert`). The iterations run on them with `stop_gradient` (they are
     never differentiated), and a `jax.custom_jvp` attaches the derivative to their root; reverse
     mode transposes its linear tangent, so the adjoint solve is the transpose of the structured
-    one. With `chord`, the iterations use `newton_root`'s `approximate_inverse`, whose own
-    arguments must carry no derivative (the caller stops them). The starting point gets no
-    derivative (as with `custom_root`)."""
+    one. Second derivatives are exact too (`_root_jvp`), inside `lax.scan` as well. With
+    `chord`, the iterations use `newton_root`'s `approximate_inverse`, whose own arguments must
+    carry no derivative (the caller stops them). The starting point gets no derivative."""
     x0 = lax.stop_gradient(initial_guess)
     residual_fn, residual_consts = jax.closure_convert(residual, x0)
     solve_fn, solve_consts = jax.closure_convert(jacobian_solve, x0, x0)
@@ -155,6 +156,17 @@ def _root(residual_fn, solve_fn, x, residual_consts, solve_consts):
 def _root_jvp(residual_fn, solve_fn, primals, tangents):
     x, residual_consts, solve_consts = primals
     _, residual_tangents, _ = tangents
+    # x is the iterations' output and carries no derivative of its own. For second derivatives
+    # (a Hessian, a jvp of a gradient) this rule is itself differentiated, and must then see x
+    # depend on θ. Inside `lax.scan` (every simulation) JAX differentiates it with any nested
+    # custom_jvp rule dropped (partial evaluation keeps only primal functions), so the
+    # dependence is written with plain operations: one Newton step G(x, θ) = x − J⁻¹ r(x, θ) from
+    # the root. Its value is x (r(x) ≈ 0; added as G − stop_gradient(G), exactly 0), and since
+    # ∂G/∂x = 0 at a root, its derivative is dx*/dθ: first and second derivatives of the root
+    # are exact (third ones would need a second step). Without it, second derivatives through
+    # a simulation came out wrong, silently (`tests/test_newton.py`).
+    newton = x - solve_fn(x, residual_fn(x, *residual_consts), *solve_consts)
+    x = x + (newton - lax.stop_gradient(newton))
     # ∂r/∂θ dθ at the root, then −J⁻¹ of it; J's own dependence on θ is second order.
     _, dr = jax.jvp(lambda consts: residual_fn(x, *consts), (residual_consts,), (residual_tangents,))
     return x, -solve_fn(x, dr, *solve_consts)
