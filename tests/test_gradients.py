@@ -205,6 +205,93 @@ def test_default_adjoint_under_vmap():
         np.testing.assert_allclose(batched[i], alone, rtol=1e-9)
 
 
+def _root_cases():
+    """(loss(params, adjoint), params) on each path of Newton's method in the steps: two bodies
+    (`two_body_newton`), a chain (`_displacement_newton`), a dense M (chord iterations), and a
+    force that depends on ω (the velocity update's Newton, with `jax.jacfwd`'s Jacobian)."""
+    chain = s2.models.chain_pendulum
+
+    def case(lagrangian, state, params, **kwargs):
+        def loss(params, adjoint):
+            sol = s2.simulate(lagrangian, *state, params, dt=0.01, num_steps=300, save_every=300,
+                              adjoint=adjoint, **kwargs)
+            weights = WEIGHTS[: sol.q.size // sol.q.shape[0]].reshape(sol.q.shape[1:])
+            return jnp.sum(weights * sol.q[-1]) + jnp.sum(weights * sol.omega[-1]) / 10
+
+        return loss, params
+
+    chain_params = {k: jnp.asarray(v) for k, v in chain.paper_params(4).items()}
+    return {
+        "two_bodies": case(dsp.lagrangian, dsp.paper_state(), _float_params(dsp)),
+        "chain": case(s2.LagrangianSystem(chain.lagrangian, inertia_structure="chain"), chain.paper_state(4),
+                      chain_params),
+        "dense": case(chain.lagrangian, chain.paper_state(4), chain_params),
+        "damped": case(dsp.lagrangian, dsp.paper_state(), _float_params(dsp), force=s2.forces.LinearDamping(0.3)),
+    }
+
+
+@pytest.mark.parametrize("name", ["two_bodies", "chain", "dense", "damped"])
+def test_checkpointed_adjoint_skips_the_newton_iterations_when_recomputing(name):
+    """With `save_roots` (the default) the backward pass evaluates each step at the Newton roots
+    of the forward pass: the gradient's program holds the Newton loops of one forward pass, as
+    `DirectAdjoint`'s does, where without it the recomputation iterates again."""
+    loss, params = _root_cases()[name]
+
+    def newton_loops(adjoint):
+        return str(jax.make_jaxpr(jax.grad(functools.partial(loss, adjoint=adjoint)))(params)).count("while[")
+
+    forward = str(jax.make_jaxpr(functools.partial(loss, adjoint=s2.DirectAdjoint()))(params)).count("while[")
+    assert forward >= 1
+    assert newton_loops(s2.CheckpointedAdjoint()) == newton_loops(s2.DirectAdjoint()) == forward
+    assert newton_loops(s2.CheckpointedAdjoint(save_roots=False)) == 2 * forward
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["two_bodies", "chain", "dense", "damped"])
+def test_checkpointed_adjoint_with_saved_roots_agrees(name):
+    """The gradient at the stored roots is the gradient through recomputed ones and
+    `DirectAdjoint`'s, to round-off."""
+    loss, params = _root_cases()[name]
+    gradients = [
+        jax.jit(jax.grad(functools.partial(loss, adjoint=adjoint)))(params)
+        for adjoint in (s2.CheckpointedAdjoint(), s2.CheckpointedAdjoint(save_roots=False), s2.DirectAdjoint())
+    ]
+    for other in gradients[1:]:
+        for key in params:
+            # Three compiled programs of one trajectory (3 s, chaotic): measured up to 1e-13.
+            np.testing.assert_allclose(gradients[0][key], other[key], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("structure", ["two_bodies", "chain", "dense"])
+def test_hessian_through_a_simulation_matches_differences_of_the_gradient(structure):
+    """Second derivatives through the Newton solves of 50 steps (forward over reverse mode, as
+    `jax.hessian` takes them), against central differences of `jax.grad`. Before the derivative
+    rule wrote the root's dependence as a Newton step (`_newton._root_jvp`) these came out
+    wrong without an error: the terms through dx*/dθ were missing (a zero row for ω₀)."""
+    chain = s2.models.chain_pendulum
+    if structure == "two_bodies":
+        model, system, x = dsp, dsp.lagrangian, jnp.array([1.0, 9.81])
+    else:
+        model, x = chain, jnp.array([1.0, 9.81])
+        system = s2.LagrangianSystem(chain.lagrangian, inertia_structure="chain" if structure == "chain" else "dense")
+    q0, omega0 = (jnp.asarray(v) for v in (model.paper_state() if model is dsp else chain.paper_state(4)))
+    params = _float_params(dsp) if model is dsp else {k: jnp.asarray(v) for k, v in chain.paper_params(4).items()}
+
+    def loss(x):
+        # x = (a scale of ω₀, g)
+        sol = s2.simulate(system, q0, x[0] * omega0, {**params, "g": x[1]}, dt=0.01, num_steps=50, save_every=50)
+        return jnp.sum(sol.q[-1] * jnp.arange(1.0, 4.0)[None]) + jnp.sum(sol.omega[-1])
+
+    hessian = jax.jit(jax.hessian(loss))(x)
+    gradient = jax.jit(jax.grad(loss))
+    eps = 1e-5
+    differences = jnp.stack([(gradient(x + eps * e) - gradient(x - eps * e)) / (2 * eps) for e in jnp.eye(2)])
+    # Central differences of the gradient: O(eps²) truncation and round-off/eps, measured up to
+    # 2e-8 relative to the largest entry.
+    np.testing.assert_allclose(hessian, differences, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(differences))))
+
+
 @pytest.mark.slow
 def test_stepwise_adjoint_stores_states_not_intermediates():
     stepwise = _gradient_temp_bytes(s2.StepwiseAdjoint(), 10_000)
