@@ -20,9 +20,11 @@ functions interleaved round-robin (the machine is shared and its load varies):
 - the same loss and gradient through VI-6KL (h = 0.1) and VI-8KL (h = 0.25, 0.2), in reverse
   mode with `CheckpointedAdjoint` and in forward mode (`jax.jacfwd`), their loss errors and
   times against both Tsit5 gradients again (a comparison at equal accuracy);
-- the implicit-function-theorem derivative of one Newton solve of (3.16): `lax.custom_root`
-  (what s2jax uses on the dense path) against optimistix's Newton with `ImplicitAdjoint`;
-- chain pendula of n = 4, 16, 64 links (`inertia_structure="chain"`, traced params):
+- the implicit-function-theorem derivative of one Newton solve of (3.16): s2jax's
+  `newton_root` with its default `jax.jacfwd` Jacobian against optimistix's Newton with
+  `ImplicitAdjoint`;
+- chain pendula of n = 4, 16, 64 links (`inertia_structure="chain"`, traced params; at n = 16
+  also the bare Lagrangian, whose structure `simulate` recognises under traced params):
   `jax.jit(jax.grad(loss))` of a final-state loss against the forward pass, µs per step as
   (t(2N) − t(N))/N with N = 1000 steps, which the O(n) implicit-function solve keeps O(n);
   the same at n = 3 and 16 with M taken as dense (the default `inertia_structure`): chord
@@ -92,7 +94,8 @@ def temp_bytes(fn, *args):
 
 
 def newton_comparison():
-    """grad of one solve of (3.16) by `lax.custom_root` and by optimistix's ImplicitAdjoint."""
+    """grad of one solve of (3.16) by s2jax's `newton_root` (`jax.jacfwd` Jacobian) and by optimistix's
+    Newton with ImplicitAdjoint."""
     system = s2.LagrangianSystem(dsp.lagrangian)
 
     def residual_and_guess(params):
@@ -121,7 +124,7 @@ def newton_comparison():
         return jnp.sum(solution.value)
 
     out = {}
-    for name, fn in (("custom_root", ours), ("optimistix_ImplicitAdjoint", theirs)):
+    for name, fn in (("s2jax_newton_root", ours), ("optimistix_ImplicitAdjoint", theirs)):
         grad = jit(jax.grad(fn))
         seconds, _ = median_time(lambda: grad(PARAMS), repeats=9)
         out[name] = {"grad_us": 1e6 * seconds, "value": float(jit(fn)(PARAMS))}
@@ -134,9 +137,14 @@ def main():
     quick = parser.parse_args().quick
     num_steps = 100 if quick else NUM_STEPS
     results = {"num_steps": num_steps, "dt": DT}
-    adjoints = (s2.DirectAdjoint(), s2.CheckpointedAdjoint(), s2.StepwiseAdjoint(), s2.ReversibleAdjoint())
+    adjoints = {
+        "DirectAdjoint": s2.DirectAdjoint(), "CheckpointedAdjoint": s2.CheckpointedAdjoint(),
+        # The checkpointed adjoint as it was before it kept the Newton roots: what keeping them saves.
+        "CheckpointedAdjoint_save_roots_False": s2.CheckpointedAdjoint(save_roots=False),
+        "StepwiseAdjoint": s2.StepwiseAdjoint(), "ReversibleAdjoint": s2.ReversibleAdjoint(),
+    }
     forward = jit(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps))
-    grads = {type(a).__name__: jit(jax.grad(lambda p, a=a: vi_loss(p, a, num_steps))) for a in adjoints}
+    grads = {name: jit(jax.grad(lambda p, a=a: vi_loss(p, a, num_steps))) for name, a in adjoints.items()}
     # jax.jacfwd pushes the five tangents through one forward pass (batched JVPs).
     jacobian = jit(jax.jacfwd(lambda p: vi_loss(p, s2.DirectAdjoint(), num_steps)))
     tsit5_grad = jax.grad(functools.partial(tsit5_loss, num_steps=num_steps))
@@ -161,8 +169,7 @@ def main():
     )
     results["forward_s"] = timed["forward"][0]
     print(f"VI forward, {num_steps} steps: {results['forward_s']:.3f} s")
-    for adjoint in adjoints:
-        name = type(adjoint).__name__
+    for name, adjoint in adjoints.items():
         seconds = timed[name][0]
         memory = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps)), PARAMS)
         memory_small = temp_bytes(jax.grad(lambda p, a=adjoint: vi_loss(p, a, num_steps // 10)), PARAMS)
@@ -217,6 +224,8 @@ def main():
     results["high_order"] = high_order_gradients(reference, gradient_error, tsit5, tsit5_forward, num_steps)
     results["chains"] = chain_gradients(100 if quick else 1000)
     results["dense"] = chain_gradients(100 if quick else 1000, sizes=(3, 16), inertia_structure="dense")
+    # The bare Lagrangian, params traced: the chain recognised at random values of them.
+    results["recognised"] = chain_gradients(100 if quick else 1000, sizes=(16,), inertia_structure=None)
     results["newton_ift"] = newton_comparison()
     print("one (3.16) solve, grad:", {k: f"{v['grad_us']:.0f} µs" for k, v in results["newton_ift"].items()})
     method = f"medians of {REPEATS} interleaved runs after a warm-up"
@@ -293,9 +302,11 @@ def high_order_gradients(reference, gradient_error, tsit5, tsit5_forward, num_st
 def chain_gradients(num_steps, sizes=(4, 16, 64), inertia_structure="chain"):
     """µs per step of the forward pass and of `jax.grad` of a final-state loss, chain pendulum,
     with the O(n) chain solves, or (`inertia_structure="dense"`) with M taken as dense: the
-    chord iterations and the implicit-function derivative with the closed-form Jacobian."""
+    chord iterations and the implicit-function derivative with the closed-form Jacobian; or
+    (None) the bare Lagrangian, whose structure `simulate` recognises with the params traced."""
     cp = s2.models.chain_pendulum
-    system = s2.LagrangianSystem(cp.lagrangian, inertia_structure=inertia_structure)
+    system = cp.lagrangian if inertia_structure is None else s2.LagrangianSystem(
+        cp.lagrangian, inertia_structure=inertia_structure)
     results = {}
     for n in sizes:
         params = jax.tree_util.tree_map(jnp.asarray, cp.paper_params(n))
@@ -316,7 +327,7 @@ def chain_gradients(num_steps, sizes=(4, 16, 64), inertia_structure="chain"):
             1e6 * (timed[grad, 2 * num_steps][0] - timed[grad, num_steps][0]) / num_steps for grad in (False, True)
         )
         results[str(n)] = {"forward_us": forward_us, "grad_us": grad_us, "grad_over_forward": grad_us / forward_us}
-        print(f"chain pendulum, {inertia_structure} M, n = {n}: forward {forward_us:.2f} µs/step, "
+        print(f"chain pendulum, {inertia_structure or 'recognised'} M, n = {n}: forward {forward_us:.2f} µs/step, "
               f"grad {grad_us:.2f} µs/step ({grad_us / forward_us:.1f}×)")
     return results
 

@@ -39,6 +39,11 @@ class RESULTS(eqx.Enumeration):
         "(found inside a traced computation; s2jax.check_lagrangian_form(lagrangian, q0, omega0, "
         "params) with concrete values says which body and why)"
     )
+    inertia_not_chain = (
+        "the inertia matrix is not a chain's (M_ij = c_max(i,j) l_i l_j with positive masses), as "
+        "LagrangianSystem(inertia_structure=\"chain\") declared, or as s2jax recognised it at random "
+        "values of the traced params; pass LagrangianSystem(lagrangian, inertia_structure=\"dense\")"
+    )
     adaptive_solver_failed = "the adaptive Runge–Kutta baseline failed (too many steps or a step size underflow)"
 
 

@@ -43,6 +43,7 @@ from ._integrators.base import IntegratorState, State
 from ._integrators.default import default_integrator
 from ._jit import filter_jit
 from ._results import RESULTS
+from ._structured_solve import is_chain
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
 from ._validation import check_initial_state, check_parameters, initial_state_is_valid, parameters_are_finite
 
@@ -438,6 +439,10 @@ def simulate(
         else:
             integrator = default_integrator(inertia) if integrator is None else integrator
             system = system.with_structure(inertia)
+    if lagrangian is not None and not concrete_params and not system_given:
+        # M is not known before compiling; whether it is a chain's is recognised at random values
+        # of the params, and checked on the actual M in the graph (`_initial_result`).
+        system = system.with_probed_structure(q0.shape[0], params, q0.dtype)
     if integrator is None:
         # The form could not be checked before compiling: the (2.2) path checks it inside.
         integrator = VariationalIntegrator()
@@ -585,6 +590,9 @@ def _initial_result(system, integrator, q0, omega0, params, dt, check_form) -> R
     if check_form:
         form = lax.stop_gradient(lagrangian_form_is_valid(system.lagrangian, q0, omega0, params))
         result = RESULTS.where(form | (result != RESULTS.successful), result, RESULTS.not_lagrangian_form)
+    if getattr(system, "inertia_structure", None) == "chain":
+        chain = is_chain(lax.stop_gradient(system.prepare(q0, params).inertia))
+        result = RESULTS.where(chain | (result != RESULTS.successful), result, RESULTS.inertia_not_chain)
     if integrator.requires_diagonal_inertia:
         inertia = lax.stop_gradient(system.prepare(q0, params).inertia)
         diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))

@@ -17,6 +17,7 @@ the normal part (q_i·b_i) q_i / M_ii that A's diagonal blocks M_ii I give. O(n)
 O(n³) for a dense solve.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -74,6 +75,20 @@ def chain_parameters(inertia: Float[Array, "n n"]) -> tuple[Float[Array, " n"], 
     """(l, c) of `chain_factors`, computed from a (possibly traced) M already known to be a chain's."""
     lengths = inertia[:, -1] / jnp.sqrt(inertia[-1, -1])
     return lengths, matrix_diagonal(inertia) / lengths**2
+
+
+def is_chain(inertia: Float[Array, "n n"]) -> jax.Array:
+    """Whether a (possibly traced) M is a chain's, M_ij = c_{max(i,j)} l_i l_j with (l, c) of
+    `chain_parameters` and masses c_i − c_{i+1} > 0, to 1e-12 relative (as `chain_factors`).
+    What `simulate` checks in the graph where a chain was declared or recognised before the
+    params' values were known."""
+    lengths, carried = chain_parameters(inertia)
+    n = inertia.shape[0]
+    later = jnp.arange(n)[:, None] >= jnp.arange(n)[None, :]  # i ≥ j: c_{max(i,j)} = c_i
+    outer_carried = jnp.where(later, carried[:, None], carried[None, :])
+    defect = jnp.max(jnp.abs(outer_carried * lengths[:, None] * lengths[None, :] - inertia))
+    masses = carried - jnp.concatenate([carried[1:], jnp.zeros(1, carried.dtype)])
+    return (defect <= 1e-12 * jnp.max(jnp.abs(inertia))) & jnp.all(masses > 1e-12 * carried[0])
 
 
 def inertia_times(

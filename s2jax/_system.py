@@ -23,11 +23,12 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
-from ._geometry import dot, project_tangent
+from ._geometry import dot, project_tangent, random_state
 from ._structured_solve import (
     MIN_CHAIN_BODIES,
     chain_factors,
@@ -145,7 +146,9 @@ class LagrangianSystem(AbstractSystem):
       001 (10), added to −∂V/∂q wherever it enters.
     - `inertia_structure`: "dense" (default: any M), or "chain" where M is known to be
       a chain's, M_ij = c_{max(i,j)} l_i l_j (`s2jax._structured_solve`); `with_structure`
-      sets it from a concrete M.
+      sets it from a concrete M, `with_probed_structure` where the params are traced (what
+      `simulate` does for a bare Lagrangian). A chain declared here is checked on the actual
+      M when a simulation starts (`RESULTS.inertia_not_chain`).
     """
 
     lagrangian: Lagrangian
@@ -163,6 +166,35 @@ class LagrangianSystem(AbstractSystem):
         """This system with `inertia_structure` recognised from a concrete M (numpy array)."""
         structure = "chain" if chain_factors(inertia) is not None else "dense"
         return dataclasses.replace(self, inertia_structure=structure)
+
+    def with_probed_structure(self, n: int, params: Params, dtype) -> "LagrangianSystem":
+        """This system with `inertia_structure` recognised where the params are traced.
+
+        M of (2.2) is then unknown before compiling, but whether it is a chain's is a property
+        of L: M is computed at two random draws of the traced float leaves of `params` (each
+        uniform in [0.5, 1.5], same shape; concrete leaves kept), and the structure is "chain" if
+        both are. `simulate` then checks the actual M in the graph (`RESULTS.inertia_not_chain`),
+        so a wrong guess is reported, never used. Where L cannot be evaluated at such values,
+        "dense".
+        """
+        with jax.ensure_compile_time_eval():
+            leaves, treedef = jax.tree_util.tree_flatten(params)
+            for seed in (1, 2):
+                keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+                draws = [
+                    jax.random.uniform(key, leaf.shape, leaf.dtype, 0.5, 1.5)
+                    if isinstance(leaf, jax.core.Tracer) and jnp.issubdtype(leaf.dtype, jnp.floating) else leaf
+                    for key, leaf in zip(keys, leaves)
+                ]
+                probe = jax.tree_util.tree_unflatten(treedef, draws)
+                q = random_state(keys[0], n, dtype=dtype)[0]
+                try:
+                    inertia = np.asarray(self.inertia(q, SystemArgs(probe)))
+                except Exception:  # noqa: BLE001 -- L may reject made-up values: then no guess
+                    return dataclasses.replace(self, inertia_structure="dense")
+                if chain_factors(inertia) is None:
+                    return dataclasses.replace(self, inertia_structure="dense")
+        return dataclasses.replace(self, inertia_structure="chain")
 
     def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
         """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13).

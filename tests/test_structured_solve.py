@@ -12,6 +12,7 @@ from s2jax._structured_solve import (
     chain_parameters,
     chain_solve,
     inertia_times,
+    is_chain,
     tilted_chain_solve,
     two_body_solve,
 )
@@ -149,6 +150,87 @@ def test_chain_factors_recognises_chains_only():
     assert chain_factors(np.diag([1.0, 2.0, 3.0])) is None
     # c = (1, 2): a "mass" m_0 = c_0 − c_1 = −1 < 0, which the recursion does not allow.
     assert chain_factors(np.array([[1.0, 2.0], [2.0, 2.0]])) is None
+
+
+def test_is_chain_agrees_with_chain_factors():
+    """The in-graph test of a chain gives `chain_factors`' verdict, under `jax.jit`."""
+    root = np.random.default_rng(0).normal(size=(6, 6))
+    cases = [cp.inertia_matrix(cp.paper_params(n)) for n in (2, 5, 32)] + [
+        root @ root.T + 6 * np.eye(6), np.diag([1.0, 2.0, 3.0]), np.array([[1.0, 2.0], [2.0, 2.0]])
+    ]
+    for inertia in cases:
+        assert bool(jax.jit(is_chain)(jnp.asarray(inertia))) == (chain_factors(np.asarray(inertia)) is not None)
+
+
+def _probed_structure(lagrangian, params, n):
+    """The structure `with_probed_structure` finds for traced params, under `jax.jit`."""
+    found = []
+
+    @jax.jit
+    def probe(params):
+        found.append(s2.LagrangianSystem(lagrangian).with_probed_structure(n, params, jnp.float64).inertia_structure)
+        return 0.0
+
+    probe(params)
+    return found[0]
+
+
+def _floats_traced(lagrangian, params):
+    """(L, float params): the other params (ints, strings) closed over, as `jax.jit` needs."""
+    floats = {k: jnp.asarray(v) for k, v in params.items() if isinstance(v, (float, np.ndarray))}
+    others = {k: v for k, v in params.items() if k not in floats}
+    return (lambda q, qdot, p: lagrangian(q, qdot, {**p, **others})), floats
+
+
+def test_chain_recognised_with_traced_params():
+    """Traced params hide M's values, not its structure: a chain's is recognised at random values
+    of them; a diagonal M (springs) and the rod's (its own form of M, a chain's only for
+    `inertia="chain"`) are not chains."""
+    assert _probed_structure(*_floats_traced(cp.lagrangian, cp.paper_params(6)), 6) == "chain"
+    springs = s2.models.coupled_spherical_pendula
+    assert _probed_structure(*_floats_traced(springs.lagrangian, springs.paper_params()), 3) == "dense"
+    rod = s2.models.elastic_rod
+    expected = "chain" if chain_factors(np.asarray(rod.inertia_matrix(rod.paper_params(6)))) is not None else "dense"
+    assert _probed_structure(*_floats_traced(rod.lagrangian, rod.paper_params(6)), 6) == expected
+
+
+@pytest.mark.slow
+def test_simulate_with_traced_params_runs_the_chain_path():
+    """Under `jax.grad` (params traced) a bare chain Lagrangian compiles the same program as a
+    system declared a chain, and the same gradients as the dense path, to round-off."""
+    n = 4
+    params = jax.tree_util.tree_map(jnp.asarray, cp.paper_params(n))
+    q0, omega0 = (jnp.asarray(x) for x in cp.paper_state(n))
+
+    def loss(params, system):
+        sol = s2.simulate(system, q0, omega0, params, dt=0.01, num_steps=100, save_every=100)
+        return jnp.sum(sol.q[-1] * jnp.arange(3.0)[None]) + jnp.sum(sol.omega[-1])
+
+    declared = s2.LagrangianSystem(cp.lagrangian, inertia_structure="chain")
+    program = {name: str(jax.make_jaxpr(jax.grad(loss), static_argnums=1)(params, system))
+               for name, system in (("bare", cp.lagrangian), ("declared", declared))}
+    assert program["bare"] == program["declared"]
+    bare = jax.jit(jax.grad(loss), static_argnums=1)(params, cp.lagrangian)
+    dense = jax.jit(jax.grad(loss), static_argnums=1)(params, s2.LagrangianSystem(cp.lagrangian))
+    for key in params:
+        # The O(n) and the dense solves, same trajectory (1 s, chaotic): measured 1e-12 relative.
+        np.testing.assert_allclose(bare[key], dense[key], rtol=1e-9)
+
+
+def test_a_wrong_chain_declaration_is_reported():
+    """A system declared a chain whose M is not one (with params traced, where it cannot be
+    checked before compiling): `RESULTS.inertia_not_chain`, and a `SimulationError` with throw."""
+    springs = s2.models.coupled_spherical_pendula
+    params = springs.paper_params()
+    system = s2.LagrangianSystem(springs.lagrangian, inertia_structure="chain")
+    q0, omega0 = springs.paper_state()
+
+    def run(g, throw):
+        return s2.simulate(system, q0, omega0, {**params, "g": g}, dt=1e-3, num_steps=10, throw=throw)
+
+    assert jax.jit(lambda g: run(g, False).result)(jnp.asarray(9.81)) == s2.RESULTS.inertia_not_chain
+    with pytest.raises(Exception, match="not a chain's"):
+        jax.block_until_ready(jax.jit(lambda g: run(g, True).q)(jnp.asarray(9.81)))
 
 
 @pytest.mark.slow
