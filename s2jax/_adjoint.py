@@ -93,11 +93,13 @@ class CheckpointedAdjoint(AbstractAdjoint):
     pass skips the iterations: it evaluates each step at its known root, which is all that the
     implicit-function derivative needs. The gradient is then taken at exactly the roots of the
     forward pass (recomputed iterations agree with them only to the Newton tolerance). Measured
-    on a 2-core Intel Xeon (`benchmarks/gradients.py`): 10⁴ steps of 002 Example 1, 7.6 → 6.6 ms
-    (3.5 → 3.1× the forward pass); VI-8KL, 400 steps of h = 0.25, 6.0 → 5.5 ms. The price is
-    memory growing with the number of steps again, by one root per solve: 4 + 2 floats a step
-    for two bodies (0.75 MB in all at 10⁴ steps, against 0.19 MB without, and 15.5 MB for
-    `DirectAdjoint`), 3n + 2 for n bodies on the other paths. `save_roots=False` for runs so
+    on a 2-core Intel Xeon: 10⁴ steps of 002 Example 1, 4.1–4.25× → 3.5–3.7× the forward pass
+    (`benchmarks/gradients.py`, two runs); in one process with the other paths, 7.8 → 6.6 ms,
+    VI-8KL (400 steps of h = 0.25) 6.4 → 5.4 ms, a 16-link chain 40 → 30 ms, a dense 3-link
+    chain 10.7 → 7.8 ms, with damping (two solves a step) 8.3 → 7.8 ms. The price is memory
+    growing with the number of steps again, by one root per solve (for two bodies 4 floats, an
+    int and a flag a step: 0.52 MB at 10⁴ steps, against 0.19 MB without, and 15.5 MB for
+    `DirectAdjoint`; 3n floats for n bodies on the other paths). `save_roots=False` for runs so
     long that this matters.
     """
 
@@ -116,23 +118,24 @@ class CheckpointedAdjoint(AbstractAdjoint):
         return loop.run(inputs, result0, scan_steps)[:2]
 
 
-CHECKPOINT_FROM_STEPS = 2000
+CHECKPOINT_FROM_STEPS = 500
 """From this many steps on, `simulate`'s default adjoint is `CheckpointedAdjoint`."""
 
 
 def default_adjoint(num_steps: int) -> AbstractAdjoint:
     """The adjoint `simulate` uses when none is given: `DirectAdjoint()` for fewer than
-    `CHECKPOINT_FROM_STEPS` (2000) steps, `CheckpointedAdjoint()` from there on.
+    `CHECKPOINT_FROM_STEPS` (500) steps, `CheckpointedAdjoint()` from there on.
 
-    Where the two cross, measured on a 2-core Intel Xeon (a sweep of run lengths from 100 to
-    10⁴ steps: the double pendulum, chain pendula of 2, 4 and 16 links, VI-8KL): up to 10³
-    steps `DirectAdjoint` is up to 20 % faster (it does not run the forward pass twice); near
-    2000 steps they are level; from 4000 steps on `CheckpointedAdjoint` is 20–35 % faster (10⁴
-    steps of the double pendulum: 3.4–3.8× the forward pass against 4.9–7.1×), because
-    `DirectAdjoint`'s stored intermediates (15.5 MB at 10⁴ steps) leave the caches, where
-    `CheckpointedAdjoint` keeps √N states (0.19 MB). On an AMD EPYC (`benchmarks/gradients.py`
-    only) `DirectAdjoint` was faster at 10³ steps (0.78 against 0.96 ms) and 10–15 % slower at
-    10⁴. Forward mode is unaffected by the choice: both differentiate the loop directly.
+    Where the two cross, measured on a 2-core Intel Xeon (`benchmarks/adjoint_crossover.py`:
+    the double pendulum, a 4-link chain pendulum and VI-8KL, 30 to 4000 steps): up to 300 steps
+    they are level (checkpointed / direct 0.88–1.06, within the noise of a run this short);
+    from 1000 steps on `CheckpointedAdjoint` is faster, 0.66–0.85 of `DirectAdjoint`'s time at
+    1000–4000 steps, 0.43–0.64 for VI-8KL, whose 17 sub-steps a step give `DirectAdjoint` the
+    most intermediates to store (at 10⁴ steps of the double pendulum 15.5 MB, out of cache;
+    `CheckpointedAdjoint` keeps √N states and the Newton roots, 0.52 MB). The crossover was
+    at 2000 steps before `CheckpointedAdjoint` kept the roots (its second forward pass then
+    iterated again; 2026-11-24 sweep on the same CPU). Forward mode is unaffected by the choice:
+    both differentiate the loop directly.
     """
     return CheckpointedAdjoint() if num_steps >= CHECKPOINT_FROM_STEPS else DirectAdjoint()
 

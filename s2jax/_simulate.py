@@ -294,7 +294,7 @@ def simulate(
       boundaries, memory ∝ √num_steps; the fastest reverse mode over long runs),
       `StepwiseAdjoint()` (the state before each step; any integrator and force) or
       `ReversibleAdjoint()` (memory independent of the number of steps; symmetric integrators
-      and forces that do not depend on ω only). None (default): `DirectAdjoint()` below 2000
+      and forces that do not depend on ω only). None (default): `DirectAdjoint()` below 500
       steps, `CheckpointedAdjoint()` from there on (`s2jax.default_adjoint`, which says why).
       The first two also serve forward mode (`jax.jvp`, `jax.jacfwd`).
     - `throw`: raise `SimulationError` (naming the step and, under `jax.vmap`, the batch
