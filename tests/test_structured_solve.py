@@ -197,7 +197,8 @@ def test_chain_recognised_with_traced_params():
 @pytest.mark.slow
 def test_simulate_with_traced_params_runs_the_chain_path():
     """Under `jax.grad` (params traced) a bare chain Lagrangian compiles the same program as a
-    system declared a chain, and the same gradients as the dense path, to round-off."""
+    system declared a chain (whose gradients `test_chain_gradients_match_finite_differences`
+    checks), not the dense one."""
     n = 4
     params = jax.tree_util.tree_map(jnp.asarray, cp.paper_params(n))
     q0, omega0 = (jnp.asarray(x) for x in cp.paper_state(n))
@@ -206,15 +207,14 @@ def test_simulate_with_traced_params_runs_the_chain_path():
         sol = s2.simulate(system, q0, omega0, params, dt=0.01, num_steps=100, save_every=100)
         return jnp.sum(sol.q[-1] * jnp.arange(3.0)[None]) + jnp.sum(sol.omega[-1])
 
-    declared = s2.LagrangianSystem(cp.lagrangian, inertia_structure="chain")
-    program = {name: str(jax.make_jaxpr(jax.grad(loss), static_argnums=1)(params, system))
-               for name, system in (("bare", cp.lagrangian), ("declared", declared))}
-    assert program["bare"] == program["declared"]
-    bare = jax.jit(jax.grad(loss), static_argnums=1)(params, cp.lagrangian)
-    dense = jax.jit(jax.grad(loss), static_argnums=1)(params, s2.LagrangianSystem(cp.lagrangian))
-    for key in params:
-        # The O(n) and the dense solves, same trajectory (1 s, chaotic): measured 1e-12 relative.
-        np.testing.assert_allclose(bare[key], dense[key], rtol=1e-9)
+    program = {
+        name: str(jax.make_jaxpr(jax.grad(loss), static_argnums=1)(params, system))
+        for name, system in (
+            ("bare", cp.lagrangian), ("declared", s2.LagrangianSystem(cp.lagrangian, inertia_structure="chain")),
+            ("dense", s2.LagrangianSystem(cp.lagrangian)),
+        )
+    }
+    assert program["bare"] == program["declared"] != program["dense"]
 
 
 def test_a_wrong_chain_declaration_is_reported():
