@@ -71,12 +71,11 @@ def newton_root(
     each step at the stored root, with no iterations. That is why every path, the `jax.jacfwd`
     one included, goes through `_structured_root`: under `jax.lax.custom_root` (which the
     default path used until 2026-11) the name is not seen, and the iterations ran again
-    (`benchmarks/gradients.py`; a `CheckpointedAdjoint` gradient of 2000 steps of the
-    `GeneralVariationalIntegrator` on the ellipsoid pendulum took 13.9 → 9.5 ms on a 2-core
-    Intel Xeon, with the forward pass unchanged). `benchmarks/gradients.py` also compares the default path
-    with optimistix's Newton + `ImplicitAdjoint` on one dense solve of (3.16) (a per-call
-    overhead: 99–141 µs against 31–38 µs on one solve, no difference measured inside
-    simulations).
+    (a `CheckpointedAdjoint` gradient of 2000 steps of the `GeneralVariationalIntegrator` on
+    the ellipsoid pendulum took 13.9 → 9.5 ms on a 2-core Intel Xeon, with the forward pass
+    unchanged). `benchmarks/gradients.py` compares the default path with optimistix's Newton +
+    `ImplicitAdjoint` on one dense solve of (3.16): 85–141 µs against 31–38 µs over its runs, a
+    per-call overhead that made no difference measured inside simulations.
 
     **Returns:** `(x, num_steps, converged)`.
     """
