@@ -230,6 +230,7 @@ def _root_cases():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["two_bodies", "chain", "dense", "damped"])
 def test_checkpointed_adjoint_skips_the_newton_iterations_when_recomputing(name):
     """With `save_roots` (the default) the backward pass evaluates each step at the Newton roots

@@ -182,6 +182,7 @@ def _floats_traced(lagrangian, params):
     return (lambda q, qdot, p: lagrangian(q, qdot, {**p, **others})), floats
 
 
+@pytest.mark.slow
 def test_chain_recognised_with_traced_params():
     """Traced params hide M's values, not its structure: a chain's is recognised at random values
     of them; a diagonal M (springs) and the rod's (its own form of M, a chain's only for
@@ -217,6 +218,7 @@ def test_simulate_with_traced_params_runs_the_chain_path():
     assert program["bare"] == program["declared"] != program["dense"]
 
 
+@pytest.mark.slow
 def test_a_wrong_chain_declaration_is_reported():
     """A system declared a chain whose M is not one (with params traced, where it cannot be
     checked before compiling): `RESULTS.inertia_not_chain`, and a `SimulationError` with throw."""
