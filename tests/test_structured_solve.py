@@ -153,7 +153,8 @@ def test_chain_factors_recognises_chains_only():
 
 
 def test_is_chain_agrees_with_chain_factors():
-    """The in-graph test of a chain gives `chain_factors`' verdict, under `jax.jit`."""
+    """The in-graph test of a chain, under `jax.jit`, gives the verdict of `chain_factors` (which
+    runs it eagerly after its own checks on the lengths)."""
     root = np.random.default_rng(0).normal(size=(6, 6))
     cases = [cp.inertia_matrix(cp.paper_params(n)) for n in (2, 5, 32)] + [
         root @ root.T + 6 * np.eye(6), np.diag([1.0, 2.0, 3.0]), np.array([[1.0, 2.0], [2.0, 2.0]])
