@@ -327,7 +327,8 @@ def _stepwise_loop(loop, inputs, result0, *, reversible, tolerance):
             untrusted = untrusted | (error > tolerance)
         grads = jtu.tree_map(lambda g: jnp.where(untrusted, jnp.nan, g), grads)
         if reversible and loop.throw:
-            grads = error_if(grads, functools.partial(_raise_if_inexact, tolerance=tolerance), error)
+            inexact = functools.partial(_raise_if_inexact, tolerance=tolerance)
+            grads = error_if(grads, ~(error <= tolerance), inexact, error)
         return (*grads, None)
 
     run.defvjp(forward, backward)

@@ -25,6 +25,7 @@ from ._errors import error_if
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._jit import filter_jit
+from ._results import RESULTS
 from ._simulate import Solution, _raise_if_failed, _trace_floats, default_integrator_for, simulate
 from ._system import AbstractSystem
 
@@ -121,7 +122,11 @@ def simulate_batch(
                     "`solution.result`, or call simulate_batch outside the transformation."
                 )
             # per member, as in `simulate` under vmap: the host check still sees the whole batch
-            solution = jax.vmap(lambda s: error_if(s, _raise_if_failed, s.result._value, s.failed_step, dt))(solution)
+            def checked(s):
+                codes = s.result._value
+                return error_if(s, codes != RESULTS.successful._value, _raise_if_failed, codes, s.failed_step, dt)
+
+            solution = jax.vmap(checked)(solution)
         else:
             _raise_if_failed(*_on_every_host(codes, solution.failed_step), dt)
     return solution

@@ -18,11 +18,17 @@ class SimulationError(RuntimeError):
     """
 
 
-def error_if(tree, check: Callable[..., None], *operands):
-    """`tree`, after `check(*operands)` has run on the host (it raises to report an error).
+def error_if(tree, failed, check: Callable[..., None], *operands):
+    """`tree`, after `check(*operands)` has run on the host wherever `failed` holds.
 
-    Under `jax.vmap` the host sees the whole batch (`vmap_method="broadcast_all"`), so a
-    message can name the batch index. Every leaf of `tree` is selected on the callback's answer
+    `failed` (a boolean array, computed in the graph) says whether `check` would raise; `check`
+    raises to report the error. The host is called only then: a `lax.cond` on `jnp.any(failed)`
+    holds the callback, so a run that succeeds pays no host round trip (measured 0.12 ms per
+    call on a 2-core CPU, more than a 10³-step simulation of two bodies). Under `jax.vmap` the
+    condition is batched, JAX then runs both branches as a select, and the host sees the whole
+    batch (`vmap_method="broadcast_all"`), so a message can name the batch index.
+
+    In the branch that calls the host, every leaf of `tree` is selected on the callback's answer
     (which is always "fine": the callback raises otherwise), so compilation cannot remove the
     check as dead code: an unused callback result, or one tied to the outputs only by an
     optimisation barrier, is deleted by XLA. The operands are not differentiated.
@@ -34,8 +40,11 @@ def error_if(tree, check: Callable[..., None], *operands):
         check(*operands)
         return np.ones(np.shape(operands[0]), np.bool_)
 
-    fine = jax.pure_callback(host, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, vmap_method="broadcast_all")
-    return jtu.tree_map(lambda x: jnp.where(fine, x, _poison(x)), tree)
+    def checked(tree, operands):
+        fine = jax.pure_callback(host, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, vmap_method="broadcast_all")
+        return jtu.tree_map(lambda x: jnp.where(fine, x, _poison(x)), tree)
+
+    return lax.cond(jnp.any(lax.stop_gradient(failed)), checked, lambda tree, _: tree, tree, operands)
 
 
 def _poison(x):

@@ -465,7 +465,9 @@ def simulate(
         if concrete and not isinstance(codes, jax.core.Tracer):
             _raise_if_failed(codes, solution.failed_step, dt)
         else:
-            solution = error_if(solution, _raise_if_failed, solution.result._value, solution.failed_step, dt)
+            solution = error_if(
+                solution, codes != RESULTS.successful._value, _raise_if_failed, codes, solution.failed_step, dt
+            )
     return solution
 
 

@@ -66,7 +66,8 @@ def solve(
         print("s2jax.control.solve: starting (a problem's first solve compiles first) …", file=sys.stderr, flush=True)
     solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, progress)
     if throw:
-        solution = error_if(solution, _raise_if_failed, solution.result._value)
+        codes = solution.result._value
+        solution = error_if(solution, codes != RESULTS.successful._value, _raise_if_failed, codes)
     return solution
 
 
