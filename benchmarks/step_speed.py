@@ -7,7 +7,8 @@
    inverse as cross products, the 3 × 3 products elementwise) in a `lax.scan` — the fastest
    fair form of the baseline, compiled with the same XLA options — against s2jax's
    `RungeKutta4` and `VariationalIntegrator`, both through `simulate`; and the order-4
-   composition `Composition(VariationalIntegrator(), order=4)` at the same h, in VI steps.
+   composition `Composition(VariationalIntegrator(), order=4)` at the same h, in VI steps, and
+   `Rattle`, the same map as the VI computed by n multipliers instead of 2n rotation coordinates.
    Per step both per whole call and marginally.
 2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
    `RungeKutta4`, both through `simulate`, per step as (t(2N) − t(N)) / N so that simulate's
@@ -122,6 +123,8 @@ def double_pendulum(num_steps):
         "vi": s2.VariationalIntegrator(),
         # Yoshida's order-4 composition at the same h: three VI sub-steps, two longer (|γ| > 1).
         "vi4": s2.Composition(s2.VariationalIntegrator(), order=4),
+        # The same map as the VI, computed by multipliers (`Rattle`).
+        "rattle": s2.Rattle(),
     }
     makers = {"hand_written_rk4": hand_run} | {
         name: (lambda k, i=integrator: through_simulate(model, params, q0, w0, i, 0.01, k))
@@ -132,10 +135,11 @@ def double_pendulum(num_steps):
     whole = {name: timed[name, num_steps][0] * 1e6 / num_steps for name in makers}
     marginal = {name: (timed[name, 2 * num_steps][0] - timed[name, num_steps][0]) * 1e6 / num_steps for name in makers}
     for label, table in (("whole calls", whole), ("marginal", marginal)):
-        hand, rk4, vi, vi4 = (table[k] for k in ("hand_written_rk4", "runge_kutta4", "vi", "vi4"))
+        hand, rk4, vi, vi4, rattle = (table[k] for k in ("hand_written_rk4", "runge_kutta4", "vi", "vi4", "rattle"))
         print(
             f"double pendulum ({label}): hand RK4 {hand:.3f} µs/step | RungeKutta4 {rk4:.3f} ({rk4 / hand:.2f}×) | "
-            f"VI {vi:.3f} ({vi / hand:.2f}×) | VI-4 {vi4:.3f} ({vi4 / vi:.2f} VI steps)"
+            f"VI {vi:.3f} ({vi / hand:.2f}×) | VI-4 {vi4:.3f} ({vi4 / vi:.2f} VI steps) | "
+            f"Rattle {rattle:.3f} ({rattle / hand:.2f}×)"
         )
     return {
         "dt": 0.01, "num_steps": num_steps,
@@ -143,6 +147,7 @@ def double_pendulum(num_steps):
         "marginal_runge_kutta4_over_hand": marginal["runge_kutta4"] / marginal["hand_written_rk4"],
         "marginal_vi_over_hand": marginal["vi"] / marginal["hand_written_rk4"],
         "marginal_vi4_over_vi": marginal["vi4"] / marginal["vi"],
+        "marginal_rattle_over_hand": marginal["rattle"] / marginal["hand_written_rk4"],
         "whole_call_us": whole,
         "runs_s": {f"{name}_{k}_steps": ts for (name, k), (_, ts) in timed.items()},
     }

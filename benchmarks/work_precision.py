@@ -6,7 +6,8 @@ max unit-length error, for T = 100 s and T = 10⁴ s, for every integrator.
 
 System: the double spherical pendulum of 002 Example 1 from its paper state (E₀ = −72.18 J).
 Methods: s2jax's VariationalIntegrator (VI, order 2), its triple-jump compositions VI-4 and
-VI-6, its Kahan–Li compositions VI-6KL and VI-8KL (9 and 17 sub-steps), the Lie group methods
+VI-6, its Kahan–Li compositions VI-6KL and VI-8KL (9 and 17 sub-steps), the same compositions of
+`Rattle` (RATTLE-6KL, RATTLE-8KL: the same maps, computed by multipliers), the Lie group methods
 LieEuler, LieEulerHeun, RKMK3, RKMK4, CommutatorFreeRK4 (CFRK4), plain RungeKutta4 (RK4, not
 structure-preserving), each at several fixed steps h; and diffrax Tsit5 and Dopri8 on the same
 equations (2.9)–(2.11) (`_common.diffrax_solve`)
@@ -89,6 +90,17 @@ FIXED_STEP = {
     ),
     "VI-8KL": (
         s2.Composition(VI, order=8, method="kahan_li"),
+        True,
+        {100.0: [0.1, 0.05, 0.025], 10_000.0: [0.125, 0.1, 0.08, 0.0625, 0.05]},
+    ),
+    # The same maps as VI-6KL and VI-8KL, computed by RATTLE's multipliers (`Rattle`).
+    "RATTLE-6KL": (
+        s2.Composition(s2.Rattle(), order=6, method="kahan_li"),
+        True,
+        {100.0: [0.1, 0.05, 0.025], 10_000.0: [0.1, 0.08, 0.0625, 0.05]},
+    ),
+    "RATTLE-8KL": (
+        s2.Composition(s2.Rattle(), order=8, method="kahan_li"),
         True,
         {100.0: [0.1, 0.05, 0.025], 10_000.0: [0.125, 0.1, 0.08, 0.0625, 0.05]},
     ),

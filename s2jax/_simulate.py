@@ -595,7 +595,7 @@ def _initial_result(system, integrator, q0, omega0, params, dt, check_form) -> R
     if getattr(system, "inertia_structure", None) == "chain":
         chain = is_chain(lax.stop_gradient(system.prepare(q0, params).inertia))
         result = RESULTS.where(chain | (result != RESULTS.successful), result, RESULTS.inertia_not_chain)
-    if integrator.requires_diagonal_inertia:
+    if integrator.requires_diagonal_inertia or getattr(system, "inertia_structure", None) == "diagonal":
         inertia = lax.stop_gradient(system.prepare(q0, params).inertia)
         diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
         result = RESULTS.where(diagonal | (result != RESULTS.successful), result, RESULTS.inertia_not_diagonal)

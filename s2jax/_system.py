@@ -144,11 +144,13 @@ class LagrangianSystem(AbstractSystem):
     - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
     - `force`: an `AbstractForce` (or None): the non-conservative generalized forces of
       001 (10), added to −∂V/∂q wherever it enters.
-    - `inertia_structure`: "dense" (default: any M), or "chain" where M is known to be
-      a chain's, M_ij = c_{max(i,j)} l_i l_j (`s2jax._structured_solve`); `with_structure`
-      sets it from a concrete M, `with_probed_structure` where the params are traced (what
-      `simulate` does for a bare Lagrangian). A chain declared here is checked on the actual
-      M when a simulation starts (`RESULTS.inertia_not_chain`).
+    - `inertia_structure`: "dense" (default: any M), "chain" where M is known to be
+      a chain's, M_ij = c_{max(i,j)} l_i l_j (`s2jax._structured_solve`), or "diagonal" (then
+      `Rattle` solves for its multipliers in closed form, one quadratic per body); `with_structure`
+      sets it from a concrete M, `with_probed_structure` (chain or dense) where the params are
+      traced (what `simulate` does for a bare Lagrangian). A structure declared here is checked on
+      the actual M when a simulation starts (`RESULTS.inertia_not_chain`,
+      `RESULTS.inertia_not_diagonal`).
     """
 
     lagrangian: Lagrangian
@@ -157,6 +159,12 @@ class LagrangianSystem(AbstractSystem):
 
     has_constant_inertia: ClassVar[bool] = True
 
+    def __check_init__(self):
+        if self.inertia_structure not in ("dense", "chain", "diagonal"):
+            raise ValueError(
+                f'inertia_structure must be "dense", "chain" or "diagonal", got {self.inertia_structure!r}'
+            )
+
     def prepare(self, q, params):
         inertia = self.inertia(q, SystemArgs(params))
         chain = chain_parameters(inertia) if self.inertia_structure == "chain" else None
@@ -164,7 +172,11 @@ class LagrangianSystem(AbstractSystem):
 
     def with_structure(self, inertia) -> "LagrangianSystem":
         """This system with `inertia_structure` recognised from a concrete M (numpy array)."""
-        structure = "chain" if chain_factors(inertia) is not None else "dense"
+        inertia = np.asarray(inertia)
+        if np.all(inertia == np.diag(np.diag(inertia))):
+            structure = "diagonal"
+        else:
+            structure = "chain" if chain_factors(inertia) is not None else "dense"
         return dataclasses.replace(self, inertia_structure=structure)
 
     def with_probed_structure(self, n: int, params: Params, dtype) -> "LagrangianSystem":

@@ -49,9 +49,12 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax import lax
 
+from .._block_elimination import MAX_UNROLLED_BODIES
 from .._custom_types import Array, Float
 from .._geometry import dot
+from .._newton import newton_root
 from .._results import RESULTS
 from .base import AbstractIntegrator, check_finite
 
@@ -153,45 +156,211 @@ class StormerVerlet(_AbstractEmbedded):
         return _finish(x_next, v_next, potential_next, slack)
 
 
+class RattleState(eqx.Module):
+    velocity: Float[Array, "n 3"]  # v_k = q̇_k in ℝ³
+    potential_force: Float[Array, "n 3"]  # −∂V/∂q at the current configuration
+    inverse: Float[Array, "n n"] | Float[Array, " n"]  # W = M⁻¹ (its diagonal for a diagonal M)
+    coupling: Float[Array, "n n"] | None  # R_ij = W_ij/W_jj (None for a diagonal M: R = I)
+    # Only for the starting point of Newton's method (no derivative flows through them):
+    rate: Float[Array, " n"]  # z/h² of the last step, W_jj λ_j/2 with λ its multiplier
+    rate_slope: Float[Array, " n"]  # d(z/h²)/dt, from the last two steps
+    last_dt: Float[Array, ""]
+
+
+def _weighted(matrix, x):
+    """Σ_j matrix_ij x_j for x of shape (n, 3) or (n,); `matrix` given by its diagonal (n,) for
+    a diagonal one. Elementwise for few bodies (a tiny `dot` is a kernel of its own on XLA's
+    CPU backend)."""
+    if matrix.ndim == 1:
+        return matrix.reshape(matrix.shape + (1,) * (x.ndim - 1)) * x
+    if matrix.shape[0] > MAX_UNROLLED_BODIES:
+        return matrix @ x
+    return jnp.sum(matrix.reshape(matrix.shape + (1,) * (x.ndim - 1)) * x[None], axis=1)
+
+
+def _solve_small(matrix, rhs):
+    """matrix⁻¹ rhs for an (n, n) matrix: written out for n ≤ 2, LU beyond."""
+    n = matrix.shape[0]
+    if n == 1:
+        return rhs / matrix[0, 0]
+    if n == 2:
+        (a, b), (c, d) = matrix
+        return jnp.stack([d * rhs[0] - b * rhs[1], a * rhs[1] - c * rhs[0]]) * (1.0 / (a * d - b * c))
+    return jnp.linalg.solve(matrix, rhs)
+
+
+def _inverse_inertia(inertia, diagonal):
+    """(W, R): W = M⁻¹ and R = W diag(W)⁻¹ (R_ij = W_ij/W_jj); (1/M_ii, None) if `diagonal`."""
+    if diagonal:
+        return 1.0 / jnp.diagonal(inertia), None
+    n = inertia.shape[0]
+    if n <= 2:
+        eye = jnp.eye(n, dtype=inertia.dtype)
+        inverse = jnp.stack([_solve_small(inertia, column) for column in eye], axis=1)
+    else:
+        inverse = jnp.linalg.inv(inertia)
+    return inverse, inverse / jnp.diagonal(inverse)[None, :]
+
+
+def _coupled(coupling, x):
+    """Σ_j R_ij x_j (x itself for R = I, `coupling` None)."""
+    return x if coupling is None else _weighted(coupling, x)
+
+
+def _normal_solve(coupling, x, y, rhs):
+    """ν with Σ_j R_ij (x_i·y_j) ν_j = rhs_i (R = I: rhs_i/(x_i·y_i))."""
+    if coupling is None:
+        return rhs / dot(x, y)
+    return _solve_small(coupling * dot(x[:, None], y[None]), rhs)
+
+
+def _diagonal_multipliers(x, d):
+    """z for a diagonal M in closed form: |x_i + d_i − z_i x_i|² = 1 is the quadratic
+    |x_i|² z² − 2 (c·x_i) z + γ = 0 with c = x_i + d_i, γ = |c|² − 1 = (|x_i|² − 1) + 2 x_i·d_i +
+    |d_i|², whose small root is z = γ/(c·x_i + √((c·x_i)² − |x_i|² γ)) (004's RATTLE; the other
+    root is O(1) and throws x through the sphere). **Returns:** `(z, solvable)`, solvable where
+    every discriminant ≥ 0 and c·x_i > 0."""
+    xx = dot(x, x)
+    cx = xx + dot(x, d)
+    gamma = (xx - 1.0) + 2.0 * dot(x, d) + dot(d, d)
+    discriminant = cx**2 - xx * gamma
+    z = gamma / (cx + jnp.sqrt(jnp.maximum(discriminant, 0.0)))
+    return z, jnp.all(jnp.minimum(discriminant, cx) >= 0)
+
+
 class Rattle(_AbstractEmbedded):
-    """RATTLE (Hairer–Lubich–Wanner (1.26), 004 §VI) with the constraints |q_i|² = 1.
+    """RATTLE (Hairer–Lubich–Wanner VII (1.26), 004 §VI) on the constraints |q_i|² = 1, any M.
 
-    With m = M_ii, body by body,
+    The Lagrangian (2.2) is, in the embedded coordinates, ½ Σ_ij M_ij q̇_i·q̇_j − V(q) with the
+    constant mass matrix M ⊗ I₃; with W = M⁻¹ and the multipliers λ, μ ∈ ℝⁿ,
 
-        v_{n+1/2} = v_n + h/(2m) (F(x_n) − λ_n x_n),
-        x_{n+1}   = x_n + h v_{n+1/2},                  |x_{n+1}|² = 1,
-        v_{n+1}   = v_{n+1/2} + h/(2m) (F(x_{n+1}) − μ_n x_{n+1}),   x_{n+1}·v_{n+1} = 0.
+        v_{n+1/2} = v_n + h/2 W (F(x_n) − λ ⊙ x_n),          (λ ⊙ x)_j = λ_j x_j,
+        x_{n+1}   = x_n + h v_{n+1/2},                        |x_{i,n+1}|² = 1,
+        v_{n+1}   = v_{n+1/2} + h/2 W (F(x_{n+1}) − μ ⊙ x_{n+1}),   x_{i,n+1}·v_{i,n+1} = 0.
 
-    Both multipliers are in closed form (004 writes φ = ½(|x|² − 1), Φ = xᵀ). With
-    d = h v_n + h²/(2m) F(x_n) and y = h²/(2m) λ_n, x_{n+1} = x_n + d − y x_n and the position
-    constraint is the quadratic |x_n|² y² − 2 (c·x_n) y + γ = 0, c = x_n + d,
-    γ = |c|² − 1 = (|x_n|² − 1) + 2 x_n·d + |d|² (written so to avoid cancellation), whose small
-    root y = γ / (c·x_n + √((c·x_n)² − |x_n|² γ)) is the one that tends to 0 with h (the other
-    is O(1) and throws x through the sphere). μ_n makes v_{n+1} the projection of
-    v_{n+1/2} + h/(2m) F(x_{n+1}) onto the plane ⊥ x_{n+1}. A negative discriminant or
-    c·x_n ≤ 0 means no such x_{n+1} near x_n: `RESULTS.step_too_large`.
+    **The same map as `VariationalIntegrator`.** Its positions solve the discrete
+    Euler–Lagrange equations of 002's discrete Lagrangian (3.1), 1/(2h) Σ M_ij Δ_i·Δ_j −
+    h/2 V(q_k) − h/2 V(q_{k+1}), with the constraints taken by multipliers instead of by
+    rotations (3.7): M(q_{k+1} − 2q_k + q_{k−1})/h² = F(q_k) − λ ⊙ q_k is (3.10)–(3.12) with
+    the variations restricted to T_{q_k}S² written as a normal force. The velocity step is the
+    discrete Legendre map with the hidden constraint, whose cross product with q_{k+1} is
+    (3.13). So the two integrators give one trajectory (to round-off,
+    `tests/test_hamel_and_constrained.py`), and RATTLE's is cheaper to compute: its unknowns
+    are the n multipliers, not 2n tangent coordinates, and its iterations have no square root
+    (two bodies: about half the VI's time per step, `benchmarks/step_speed.py`). It holds
+    |q_i| = 1 to one step's round-off (the constraint is solved afresh each step, where
+    rotations carry the round-off of |q_i| along). It takes no force that depends on ω.
+
+    **The multipliers.** With d = h v_n + h²/2 W F(x_n) and the dimensionless unknowns
+    z_j = h²/2 W_jj λ_j, x_{i,n+1} = x_i + e_i with e_i = d_i − Σ_j R_ij z_j x_j, R_ij =
+    W_ij/W_jj, and the position constraints are n quadratics,
+
+        φ_i(z) = (|x_i|² − 1) + 2 x_i·e_i + |e_i|² = 0   (written so to avoid cancellation),
+
+    with Jacobian ∂φ_i/∂z_k = −2 R_ik x_{i,n+1}·x_k, nonsingular near z = 0 (R ∘ Gram is
+    positive definite, a Schur product). Newton's method from an extrapolated guess (z/h² is
+    W_jj λ_j/2, a smooth function of time; the first step starts from the multipliers of the
+    continuous motion) takes the small root, the one that tends to 0 with h; derivatives by the
+    implicit function theorem (`newton_root`). μ then solves the linear system
+    Σ_j R_ij (x_i·x_j) ν_j = x_i·u_i for the projection v_{n+1} = u − Σ_j R_ij ν_j x_j,
+    u = v_{n+1/2} + h/2 W F(x_{n+1}). For n = 2 all solves are written out; beyond, each
+    Newton iteration is a dense n × n solve (O(n³)). Where M is diagonal (R = I; known before
+    compiling, `LagrangianSystem.inertia_structure == "diagonal"`, which `simulate` sets from
+    concrete params) the quadratics decouple into 004's one per body, solved in closed form
+    (`_diagonal_multipliers`), O(n) per step.
 
     The constraints are solved from scratch every step, so |q_i| − 1 and q_i·v_i stay at the
     round-off of one step (~1e-16) however long the run; the energy error is O(h²) and
-    bounded, as for `StormerVerlet` (the same map up to round-off, see the module docstring).
+    bounded, as for `StormerVerlet` (for a diagonal M the same map up to round-off, see the
+    module docstring). Where Newton's method does not converge, `RESULTS.newton_failed`; where
+    the quadratics of a diagonal M have no real root, or a root has some x_{i,n+1}·x_i ≤ 0 (a
+    body turned by a right angle or more in one step: for a diagonal M, the large root),
+    `RESULTS.step_too_large`. Both happen only for steps far beyond the method's stability.
+
+    **Arguments:** `rtol`, `atol`, `max_steps`, `unrolled` of Newton's method on z, as for
+    `VariationalIntegrator` (z is dimensionless, the normal displacement in units of |q_i|).
     """
 
+    rtol: float = 1e-12
+    atol: float = 1e-12
+    max_steps: int = 20
+    unrolled: int = 2
+
+    requires_diagonal_inertia: ClassVar[bool] = False
+
+    def init(self, system, t0, y0, args):
+        q, omega = y0
+        v = jnp.cross(omega, q)
+        potential_force = -system.potential_gradient(q, args)
+        inverse, coupling = _inverse_inertia(system.inertia(q, args), _is_diagonal(system))
+        force = system.generalized_force(t0, q, omega, args, potential_force)
+        # The multipliers of the continuous motion, d²|q_i|²/dt² = 0:
+        # Σ_j W_ij λ_j (q_i·q_j) = q_i·(W F)_i + |v_i|², in the unknowns W_jj λ_j/2.
+        rate = 0.5 * _normal_solve(coupling, q, q, dot(q, _weighted(inverse, force)) + dot(v, v))
+        zero = jnp.zeros((), q.dtype)
+        return RattleState(v, potential_force, inverse, coupling, rate, jnp.zeros_like(rate), zero)
+
     def step(self, system, t0, dt, y, args, state):
+        return self._step(system, t0, dt, y, args, state, velocity=True)
+
+    def lazy_step(self, system, t0, dt, y, args, state):
+        # ω is read only at the saves (`velocity`), from the v carried in the state.
+        return self._step(system, t0, dt, y, args, state, velocity=False)
+
+    def velocity(self, system, y, args, state):
+        return _angular_velocity(y[0], state.velocity)
+
+    def _step(self, system, t0, dt, y, args, state, *, velocity):
         x, omega = y  # v is carried as `state.velocity`, see the module docstring
-        v = state.velocity
-        mass = jnp.diag(system.inertia(x, args))[:, None]
+        inverse, coupling = state.inverse, state.coupling
         force = system.generalized_force(t0, x, omega, args, state.potential_force)
-        xx = dot(x, x)[:, None]
-        d = dt * v + 0.5 * dt**2 / mass * force
-        cx = xx + dot(x, d)[:, None]
-        gamma = (xx - 1.0) + 2.0 * dot(x, d)[:, None] + dot(d, d)[:, None]
-        discriminant = cx**2 - xx * gamma
-        y = gamma / (cx + jnp.sqrt(jnp.maximum(discriminant, 0.0)))
-        x_next = x + d - y * x
-        v_half = v + 0.5 * dt / mass * force - y / dt * x
+        d = dt * state.velocity + 0.5 * dt**2 * _weighted(inverse, force)
+
+        def displacement(z):
+            return d - _coupled(coupling, z[:, None] * x)
+
+        if coupling is None:
+            z, solvable = _diagonal_multipliers(x, d)
+            result = RESULTS.where(solvable, RESULTS.successful, RESULTS.step_too_large)
+        else:
+            slack = dot(x, x) - 1.0
+
+            def residual(z):
+                e = displacement(z)
+                return slack + 2.0 * dot(x, e) + dot(e, e)
+
+            def newton_step(z, r):
+                return _solve_small(-2.0 * coupling * dot((x + displacement(z))[:, None], x[None]), r)
+
+            z, _, converged = newton_root(
+                residual, dt**2 * (state.rate + state.rate_slope * state.last_dt), rtol=self.rtol,
+                atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled, jacobian_solve=newton_step,
+            )
+            result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
+        e = displacement(z)
+        x_next = x + e
         potential_next = -system.potential_gradient(x_next, args)
         force_next = system.generalized_force(t0 + dt, x_next, omega, args, potential_next)
-        u = v_half + 0.5 * dt / mass * force_next
-        v_next = u - (dot(x_next, u) / dot(x_next, x_next))[:, None] * x_next
-        slack = jnp.minimum(discriminant, cx)
-        return _finish(x_next, v_next, potential_next, slack)
+        inverse_dt = 1.0 / dt
+        u = e * inverse_dt + 0.5 * dt * _weighted(inverse, force_next)
+        nu = _normal_solve(coupling, x_next, x_next, dot(x_next, u))
+        v_next = u - _coupled(coupling, nu[:, None] * x_next)
+        # z/h² at this step, and its slope over the last step (kept where that step was too
+        # short for a difference quotient, as at the start).
+        rate = z * inverse_dt**2
+        short = jnp.abs(state.last_dt) <= 1e-3 * jnp.abs(dt)
+        inverse_span = 1.0 / jnp.where(short, 1.0, state.last_dt)
+        slope = jnp.where(short, state.rate_slope, (rate - state.rate) * inverse_span)
+        rate, slope = lax.stop_gradient((rate, slope))
+        omega_next = _angular_velocity(x_next, v_next) if velocity else omega
+        # The small root has every x_{i,n+1}·x_i > 0 (for a diagonal M it is that condition; the
+        # other root turns a body by more than a right angle in one step).
+        result = RESULTS.where(jnp.all(dot(x_next, x) > 0), result, RESULTS.step_too_large)
+        result = check_finite(result, x_next, v_next)
+        state = RattleState(v_next, potential_next, inverse, coupling, rate, slope, dt)
+        return (x_next, omega_next), state, result
+
+
+def _is_diagonal(system) -> bool:
+    """Whether M is known to be diagonal before compiling (`LagrangianSystem.inertia_structure`)."""
+    return getattr(system, "inertia_structure", None) == "diagonal"
