@@ -18,6 +18,10 @@ tension, as for a hanging pendulum; a κ that varies along the motion can still 
 grow like exp(√(2|κ|/m) t) where κ < 0 (the constraint pushes outward: a slow pendulum above
 the equator). κ depends on ∂V/∂q off the sphere, through x·F.
 
+What follows is for a diagonal M, as 004 has it. `Rattle` also takes a coupled M (a chain's,
+the double pendulum's): the bodies then share the mass matrix M ⊗ I₃ and the n multipliers
+solve coupled quadratics (see its docstring), and the map is 002's variational integrator.
+
 **Störmer–Verlet ≡ RATTLE on the manifold.** One step of the generalised Störmer–Verlet
 method below from |x_n| = 1, x_n·v_n = 0 gives, with x_n·f(x_n, ·) = −m |v_{n+1/2}|²,
 
