@@ -43,7 +43,7 @@ from ._integrators.base import IntegratorState, State
 from ._integrators.default import default_integrator
 from ._jit import filter_jit
 from ._results import RESULTS
-from ._structured_solve import is_chain
+from ._structured_solve import is_chain, is_diagonal
 from ._system import AbstractSystem, LagrangianSystem, SystemArgs
 from ._validation import check_initial_state, check_parameters, initial_state_is_valid, parameters_are_finite
 
@@ -597,8 +597,8 @@ def _initial_result(system, integrator, q0, omega0, params, dt, check_form) -> R
         result = RESULTS.where(chain | (result != RESULTS.successful), result, RESULTS.inertia_not_chain)
     if integrator.requires_diagonal_inertia or getattr(system, "inertia_structure", None) == "diagonal":
         inertia = lax.stop_gradient(system.prepare(q0, params).inertia)
-        diagonal = jnp.all(inertia == jnp.diag(jnp.diag(inertia)))
-        result = RESULTS.where(diagonal | (result != RESULTS.successful), result, RESULTS.inertia_not_diagonal)
+        diagonal = is_diagonal(inertia) | (result != RESULTS.successful)
+        result = RESULTS.where(diagonal, result, RESULTS.inertia_not_diagonal)
     return result
 
 

@@ -73,6 +73,14 @@ def chain_parameters(inertia: Float[Array, "n n"]) -> tuple[Float[Array, " n"], 
     return lengths, matrix_diagonal(inertia) / lengths**2
 
 
+def is_diagonal(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
+    """Whether M has M_ij = 0 for i ≠ j, exactly: the default integrator,
+    `LagrangianSystem.with_structure` and `simulate`'s check in the graph decide with it. A
+    numpy M is decided in numpy (inside a user's `jax.jit`, jnp would trace even a constant)."""
+    xp = np if isinstance(inertia, np.ndarray) else jnp
+    return xp.all(inertia == xp.diag(xp.diag(inertia)))
+
+
 def is_chain(inertia: Float[Array, "n n"]) -> jax.Array:
     """Whether a (possibly traced) M is a chain's, M_ij = c_{max(i,j)} l_i l_j with (l, c) of
     `chain_parameters` and masses c_i − c_{i+1} > 0, to 1e-12 relative. `chain_factors` decides

@@ -35,6 +35,7 @@ from ._structured_solve import (
     chain_parameters,
     chain_solve,
     inertia_times,
+    is_diagonal,
     matrix_diagonal,
     two_body_solve,
 )
@@ -172,8 +173,7 @@ class LagrangianSystem(AbstractSystem):
 
     def with_structure(self, inertia) -> "LagrangianSystem":
         """This system with `inertia_structure` recognised from a concrete M (numpy array)."""
-        inertia = np.asarray(inertia)
-        if np.all(inertia == np.diag(np.diag(inertia))):
+        if is_diagonal(np.asarray(inertia)):
             structure = "diagonal"
         else:
             structure = "chain" if chain_factors(inertia) is not None else "dense"

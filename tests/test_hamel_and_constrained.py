@@ -417,6 +417,17 @@ def test_rattle_with_any_inertia_is_the_variational_integrator(n):
     # measured 3e-14 to 6e-14 after 170 sub-steps
     np.testing.assert_allclose(composed[1].q, composed[0].q, rtol=0, atol=2e-13)
     np.testing.assert_allclose(composed[1].omega, composed[0].omega, rtol=0, atol=2e-13)
+    if n == 2:
+        # Under jax.vmap (Newton's while loop batched): each member is its own run.
+        def final(scale):
+            return s2.simulate(model.lagrangian, q0, scale * omega0, params, dt=0.02, num_steps=50,
+                               save_every=50, integrator=Rattle()).q[-1]
+
+        scales = jnp.array([0.5, 2.0])
+        batched = jax.vmap(final)(scales)
+        alone = jax.jit(final)
+        for member, scale in zip(batched, scales):
+            np.testing.assert_allclose(member, alone(scale), rtol=0, atol=1e-14)
 
 
 def test_rattle_diagonal_closed_form_and_newton_agree():

@@ -362,8 +362,9 @@ class Rattle(_AbstractEmbedded):
         u = e * inverse_dt + 0.5 * dt * _weighted(inverse, force_next)
         nu = _normal_solve(coupling, x_next, x_next, dot(x_next, u))
         v_next = u - _coupled(coupling, nu[:, None] * x_next)
-        # z/h² at this step, and its slope over the last step (kept where that step was too
-        # short for a difference quotient, as at the start).
+        # What `_rate_guess` extrapolates: the symmetric mean of the two multipliers' rates, its
+        # slope between midpoints (kept where they are too close for a difference quotient, as
+        # at the start), and their difference over h.
         position_rate, velocity_rate = z * inverse_dt**2, nu * inverse_dt
         rate = 0.5 * (position_rate + velocity_rate)
         span = 0.5 * (state.last_dt + dt)

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .._structured_solve import is_diagonal
 from .base import AbstractIntegrator
 from .variational import ExplicitVariationalIntegrator, VariationalIntegrator
 
@@ -21,8 +22,6 @@ def default_integrator(inertia) -> AbstractIntegrator:
 
     **Returns:** an `ExplicitVariationalIntegrator` or a `VariationalIntegrator`.
     """
-    if inertia is not None:
-        inertia = np.asarray(inertia)
-        if np.all(inertia == np.diag(np.diag(inertia))):
-            return ExplicitVariationalIntegrator()
+    if inertia is not None and is_diagonal(np.asarray(inertia)):
+        return ExplicitVariationalIntegrator()
     return VariationalIntegrator()
