@@ -61,9 +61,8 @@ def chain_factors(inertia) -> tuple[np.ndarray, np.ndarray] | None:
     lengths = inertia[:, -1] / np.sqrt(inertia[-1, -1])
     if np.any(np.abs(lengths) <= 1e-8 * np.max(np.abs(lengths))):
         return None
-    with jax.ensure_compile_time_eval():  # concrete even where called inside a trace
-        if not bool(is_chain(jnp.asarray(inertia))):
-            return None
+    if not is_chain(inertia):
+        return None
     return lengths, np.diag(inertia) / lengths**2
 
 
@@ -81,18 +80,24 @@ def is_diagonal(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
     return xp.all(inertia == xp.diag(xp.diag(inertia)))
 
 
-def is_chain(inertia: Float[Array, "n n"]) -> jax.Array:
+def is_chain(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
     """Whether a (possibly traced) M is a chain's, M_ij = c_{max(i,j)} l_i l_j with (l, c) of
     `chain_parameters` and masses c_i − c_{i+1} > 0, to 1e-12 relative. `chain_factors` decides
     with it for a concrete M; `simulate` checks it in the graph where a chain was declared or
-    recognised before the params' values were known."""
-    lengths, carried = chain_parameters(inertia)
+    recognised before the params' values were known. A numpy M is decided in numpy, as in
+    `is_diagonal` (eager jnp, an operation dispatched at a time, cost 2–4 ms of every `simulate`
+    call on a 2-core CPU)."""
+    if isinstance(inertia, np.ndarray):
+        xp, lengths = np, inertia[:, -1] / np.sqrt(inertia[-1, -1])
+        carried = np.diag(inertia) / lengths**2
+    else:
+        xp, (lengths, carried) = jnp, chain_parameters(inertia)
     n = inertia.shape[0]
-    later = jnp.arange(n)[:, None] >= jnp.arange(n)[None, :]  # i ≥ j: c_{max(i,j)} = c_i
-    outer_carried = jnp.where(later, carried[:, None], carried[None, :])
-    defect = jnp.max(jnp.abs(outer_carried * lengths[:, None] * lengths[None, :] - inertia))
-    masses = carried - jnp.concatenate([carried[1:], jnp.zeros(1, carried.dtype)])
-    return (defect <= 1e-12 * jnp.max(jnp.abs(inertia))) & jnp.all(masses > 1e-12 * carried[0])
+    later = xp.arange(n)[:, None] >= xp.arange(n)[None, :]  # i ≥ j: c_{max(i,j)} = c_i
+    outer_carried = xp.where(later, carried[:, None], carried[None, :])
+    defect = xp.max(xp.abs(outer_carried * lengths[:, None] * lengths[None, :] - inertia))
+    masses = carried - xp.concatenate([carried[1:], xp.zeros(1, carried.dtype)])
+    return (defect <= 1e-12 * xp.max(xp.abs(inertia))) & xp.all(masses > 1e-12 * carried[0])
 
 
 def inertia_times(

@@ -154,13 +154,22 @@ def test_chain_factors_recognises_chains_only():
 
 def test_is_chain_agrees_with_chain_factors():
     """The in-graph test of a chain, under `jax.jit`, gives the verdict of `chain_factors` (which
-    runs it eagerly after its own checks on the lengths)."""
+    runs it in numpy after its own checks on the lengths), also on either side of its 1e-12
+    relative tolerance."""
     root = np.random.default_rng(0).normal(size=(6, 6))
+    chain = np.asarray(cp.inertia_matrix(cp.paper_params(5)))
+    off_by = np.zeros_like(chain)
+    off_by[1, 3] = off_by[3, 1] = np.max(np.abs(chain))
     cases = [cp.inertia_matrix(cp.paper_params(n)) for n in (2, 5, 32)] + [
-        root @ root.T + 6 * np.eye(6), np.diag([1.0, 2.0, 3.0]), np.array([[1.0, 2.0], [2.0, 2.0]])
+        root @ root.T + 6 * np.eye(6), np.diag([1.0, 2.0, 3.0]), np.array([[1.0, 2.0], [2.0, 2.0]]),
+        chain + 1e-14 * off_by, chain + 1e-10 * off_by,
     ]
+    verdicts = []
     for inertia in cases:
-        assert bool(jax.jit(is_chain)(jnp.asarray(inertia))) == (chain_factors(np.asarray(inertia)) is not None)
+        in_graph = bool(jax.jit(is_chain)(jnp.asarray(inertia)))
+        assert in_graph == (chain_factors(np.asarray(inertia)) is not None)
+        verdicts.append(in_graph)
+    assert verdicts == [True, True, True, False, False, False, True, False]
 
 
 def _probed_structure(lagrangian, params, n):
