@@ -36,6 +36,8 @@ COLOURS = {
     "VI-6": "tab:green",
     "VI-6KL": "darkgreen",
     "VI-8KL": "navy",
+    "RATTLE-6KL": "limegreen",  # the maps of VI-6KL and VI-8KL, computed by `Rattle`
+    "RATTLE-8KL": "dodgerblue",
     "LieEuler": "tab:olive",
     "LieEulerHeun": "tab:cyan",
     "RKMK3": "tab:pink",
@@ -184,7 +186,7 @@ def plot(points, targets, structure_preserving, path):
             (("energy_error", "max |E − E₀| / |E₀|"), ("unit_length_error", "max ||q_i| − 1|"))
         ):
             ax = axes[row, col]
-            for method in COLOURS:
+            for method in sum(methods(points), []):  # every measured method: one without a colour fails
                 ps = sorted(
                     (
                         p
