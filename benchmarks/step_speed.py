@@ -9,10 +9,13 @@
    `RungeKutta4` and `VariationalIntegrator`, both through `simulate`; and the order-4
    composition `Composition(VariationalIntegrator(), order=4)` at the same h, in VI steps, and
    `Rattle`, the same map as the VI computed by n multipliers instead of 2n rotation coordinates.
-   Per step both per whole call and marginally.
+   Per step both per whole call (`simulate` called as a user calls it, eager checks included)
+   and marginally, as (t(2N) − t(N))/N of `simulate` inside a `jax.jit` of its own (the compiled
+   loop alone, as the hand-written RK4 is).
 2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
-   `RungeKutta4`, both through `simulate`, per step as (t(2N) − t(N)) / N so that simulate's
-   eager checks (which cost milliseconds at n = 256) do not count.
+   `RungeKutta4`, both through `simulate` inside a `jax.jit`, per step as (t(2N) − t(N)) / N,
+   so that neither simulate's eager checks (milliseconds at n = 256) nor a call's fixed cost
+   counts.
 3. 642 Lennard-Jones molecules (002 Example 6, h = 0.005) with simulate's default integrator, 1000 steps,
    and the cost of simulate's eager checks for that n.
 
@@ -87,14 +90,24 @@ def hand_written_rk4(num_steps, dt=0.01):
     return run, (q0, w0)
 
 
-def through_simulate(model, params, q0, w0, integrator, dt, num_steps):
-    def run():
+def through_simulate(model, params, q0, w0, integrator, dt, num_steps, *, compiled=True):
+    """A call of `simulate` for `num_steps` steps. `compiled`: inside a `jax.jit` of its own (the
+    params closed over, concrete), so that a call is the compiled loop and no eager checks: the
+    difference of two such calls is the cost of the steps alone. Otherwise a plain call, eager
+    checks included (about 1 ms), which vary enough from call to call to swamp the difference of
+    10⁴ steps of tenths of a µs (one run gave `Rattle` 0.038 µs per step that way, against
+    0.115 µs compiled)."""
+
+    def run(q, w):
         return s2.simulate(
-            model.lagrangian, q0, w0, params, dt=dt, num_steps=num_steps, save_every=num_steps,
+            model.lagrangian, q, w, params, dt=dt, num_steps=num_steps, save_every=num_steps,
             integrator=integrator,
         ).q
 
-    return run
+    if not compiled:
+        return lambda: run(q0, w0)
+    compiled_run = jit(run)
+    return lambda: compiled_run(q0, w0)
 
 
 def double_pendulum(num_steps):
@@ -131,8 +144,13 @@ def double_pendulum(num_steps):
         for name, integrator in integrators.items()
     }
     runs = {(name, k): make(k) for name, make in makers.items() for k in (num_steps, 2 * num_steps)}
+    # The whole calls: `simulate` as a user calls it, eager checks included.
+    runs |= {
+        (name, "eager"): through_simulate(model, params, q0, w0, integrator, 0.01, num_steps, compiled=False)
+        for name, integrator in integrators.items()
+    }
     timed = interleaved_medians(runs, repeats=REPEATS)
-    whole = {name: timed[name, num_steps][0] * 1e6 / num_steps for name in makers}
+    whole = {name: timed[name, "eager" if name in integrators else num_steps][0] * 1e6 / num_steps for name in makers}
     marginal = {name: (timed[name, 2 * num_steps][0] - timed[name, num_steps][0]) * 1e6 / num_steps for name in makers}
     for label, table in (("whole calls", whole), ("marginal", marginal)):
         hand, rk4, vi, vi4, rattle = (table[k] for k in ("hand_written_rk4", "runge_kutta4", "vi", "vi4", "rattle"))
@@ -149,7 +167,10 @@ def double_pendulum(num_steps):
         "marginal_vi4_over_vi": marginal["vi4"] / marginal["vi"],
         "marginal_rattle_over_hand": marginal["rattle"] / marginal["hand_written_rk4"],
         "whole_call_us": whole,
-        "runs_s": {f"{name}_{k}_steps": ts for (name, k), (_, ts) in timed.items()},
+        "runs_s": {
+            f"{name}_eager_{num_steps}_steps" if k == "eager" else f"{name}_{k}_steps": ts
+            for (name, k), (_, ts) in timed.items()
+        },
     }
 
 
