@@ -13,7 +13,7 @@ from jax import lax
 from scipy.integrate import solve_ivp
 
 import s2jax as s2
-from s2jax._integrators.constrained import Rattle, StormerVerlet
+from s2jax._integrators.constrained import Rattle, StormerVerlet, _solve_small
 from s2jax._integrators.hamel import DiscreteHamelIntegrator
 
 E3 = np.array([0.0, 0.0, 1.0])
@@ -457,3 +457,21 @@ def test_rattle_diagonal_closed_form_and_newton_agree():
     assert wrong.result == s2.RESULTS.inertia_not_diagonal
     with pytest.raises(ValueError, match="inertia_structure must be"):
         s2.LagrangianSystem(model.lagrangian, inertia_structure="diagnoal")
+
+
+def test_rattle_linear_solves_against_numpy():
+    """RATTLE's n × n solves (`_solve_small`: written out for n ≤ 2, unpivoted elimination
+    unrolled up to 8 bodies, LU beyond) on matrices of its form R ∘ (x_i·x_j), R = W diag(W)⁻¹,
+    against numpy's pivoted LU."""
+    rng = np.random.default_rng(0)
+    for n in range(1, 11):
+        root = rng.normal(size=(n, n))
+        inverse_inertia = root @ root.T + n * np.eye(n)
+        x = rng.normal(size=(n, 3))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        matrix = inverse_inertia / np.diag(inverse_inertia)[None] * (x @ x.T)
+        rhs = rng.normal(size=n)
+        expected = np.linalg.solve(matrix, rhs)
+        solved = jax.jit(_solve_small)(jnp.asarray(matrix), jnp.asarray(rhs))
+        # measured up to 2e-16 relative
+        np.testing.assert_allclose(solved, expected, rtol=0, atol=1e-14 * np.max(np.abs(expected)), err_msg=f"n = {n}")
