@@ -13,9 +13,9 @@
    and marginally, as (t(2N) − t(N))/N of `simulate` inside a `jax.jit` of its own (the compiled
    loop alone, as the hand-written RK4 is).
 2. Chain pendulum (`s2jax.models.chain_pendulum`), n links: `VariationalIntegrator` against
-   `RungeKutta4`, both through `simulate` inside a `jax.jit`, per step as (t(2N) − t(N)) / N,
-   so that neither simulate's eager checks (milliseconds at n = 256) nor a call's fixed cost
-   counts.
+   `RungeKutta4` (and `Rattle` up to 8 links), all through `simulate` inside a `jax.jit`, per
+   step as (t(2N) − t(N)) / N, so that neither simulate's eager checks (milliseconds at
+   n = 256) nor a call's fixed cost counts.
 3. 642 Lennard-Jones molecules (002 Example 6, h = 0.005) with simulate's default integrator, 1000 steps,
    and the cost of simulate's eager checks for that n.
 
@@ -189,6 +189,11 @@ def _marginal_pair(makers: dict, steps):
     return {name: 1e6 * (timed[name, 2 * steps][0] - timed[name, steps][0]) / steps for name in makers}
 
 
+# `Rattle`'s n × n solves are unrolled up to 8 bodies; beyond, an LU and O(n³) coefficients per
+# step make it slower than the VI's O(n) chain path, and it is not timed.
+RATTLE_MAX_LINKS = 8
+
+
 def chains(sizes, num_steps):
     results = {}
     for n in sizes:
@@ -199,17 +204,27 @@ def chains(sizes, num_steps):
         # 0.06 µs from 10⁴ and 10⁵ steps), so those take 10× more.
         steps = 10 * num_steps if n <= 2 else num_steps if n <= 16 else max(num_steps // 10, 200)
         start = time.perf_counter()
+        integrators = {"vi": s2.VariationalIntegrator(), "rk4": s2.RungeKutta4()}
+        if n <= RATTLE_MAX_LINKS:
+            integrators["rattle"] = s2.Rattle()
         marginal = _marginal_pair(
             {
                 name: (lambda k, i=integrator: through_simulate(chain_pendulum, params, q0, w0, i, 0.01, k))
-                for name, integrator in (("vi", s2.VariationalIntegrator()), ("rk4", s2.RungeKutta4()))
+                for name, integrator in integrators.items()
             },
             steps,
         )
         vi, rk4 = marginal["vi"], marginal["rk4"]
         seconds = time.perf_counter() - start
-        print(f"chain n = {n:3d}: VI {vi:9.2f} µs/step | RK4 {rk4:9.2f} | VI/RK4 {vi / rk4:.2f} ({seconds:.0f} s)")
+        rattle = marginal.get("rattle")
+        rattle_text = f" | Rattle {rattle:7.2f} ({rattle / vi:.2f} VI)" if rattle is not None else ""
+        print(
+            f"chain n = {n:3d}: VI {vi:9.2f} µs/step | RK4 {rk4:9.2f} | VI/RK4 {vi / rk4:.2f}{rattle_text} "
+            f"({seconds:.0f} s)"
+        )
         results[str(n)] = {"num_steps": [steps, 2 * steps], "vi_us": vi, "rk4_us": rk4, "vi_over_rk4": vi / rk4}
+        if rattle is not None:
+            results[str(n)] |= {"rattle_us": rattle, "rattle_over_vi": rattle / vi}
     return results
 
 

@@ -301,9 +301,9 @@ class Rattle(_AbstractEmbedded):
     u = v_{n+1/2} + h/2 W F(x_{n+1}). For n = 2 all solves are written out, up to 8 bodies
     they are Gaussian elimination unrolled over rows (`_solve_small`), beyond that LU; an
     iteration is O(n³) work (the VI's chain path is O(n)). Chain pendulum, h = 0.01, µs per
-    step on a 2-core AMD EPYC (ad-hoc script, `simulate` under `jax.jit`): n = 2, 0.10 against
-    the VI's 0.21; n = 3, 0.21 against 0.67; n = 4, 0.31 against 1.07; n = 8, 1.18 against
-    1.31 (with an LU from n = 3, which keeps the loop from compiling whole: 3.6 µs at n = 3,
+    step on a 2-core AMD EPYC (`benchmarks/step_speed.py`): n = 2, 0.10 against the VI's 0.22;
+    n = 4, 0.28 against 0.77; n = 8, 1.13 against 1.22 (an ad-hoc script: n = 3, 0.21 against
+    0.67; with an LU from n = 3, which keeps the loop from compiling whole, 3.6 µs at n = 3 and
     7.9 at n = 8). Where M is diagonal (R = I; known before
     compiling, `LagrangianSystem.inertia_structure == "diagonal"`, which `simulate` sets from
     concrete params) the quadratics decouple into 004's one per body, solved in closed form
