@@ -63,11 +63,15 @@ def chain_factors(inertia) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     if not is_chain(inertia):
         return None
-    return lengths, np.diag(inertia) / lengths**2
+    return chain_parameters(inertia)
 
 
 def chain_parameters(inertia: Float[Array, "n n"]) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
-    """(l, c) of `chain_factors`, computed from a (possibly traced) M already known to be a chain's."""
+    """(l, c) of `chain_factors`, computed from a (possibly traced) M already known to be a chain's;
+    numpy arrays for a numpy M."""
+    if isinstance(inertia, np.ndarray):
+        lengths = inertia[:, -1] / np.sqrt(inertia[-1, -1])
+        return lengths, np.diag(inertia) / lengths**2
     lengths = inertia[:, -1] / jnp.sqrt(inertia[-1, -1])
     return lengths, matrix_diagonal(inertia) / lengths**2
 
@@ -87,11 +91,8 @@ def is_chain(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
     recognised before the params' values were known. A numpy M is decided in numpy, as in
     `is_diagonal` (eager jnp, an operation dispatched at a time, cost 2–4 ms of every `simulate`
     call on a 2-core CPU)."""
-    if isinstance(inertia, np.ndarray):
-        xp, lengths = np, inertia[:, -1] / np.sqrt(inertia[-1, -1])
-        carried = np.diag(inertia) / lengths**2
-    else:
-        xp, (lengths, carried) = jnp, chain_parameters(inertia)
+    xp = np if isinstance(inertia, np.ndarray) else jnp
+    lengths, carried = chain_parameters(inertia)
     n = inertia.shape[0]
     later = xp.arange(n)[:, None] >= xp.arange(n)[None, :]  # i ≥ j: c_{max(i,j)} = c_i
     outer_carried = xp.where(later, carried[:, None], carried[None, :])

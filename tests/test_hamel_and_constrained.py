@@ -462,16 +462,20 @@ def test_rattle_diagonal_closed_form_and_newton_agree():
 def test_rattle_linear_solves_against_numpy():
     """RATTLE's n × n solves (`_solve_small`: written out for n ≤ 2, unpivoted elimination
     unrolled up to 8 bodies, LU beyond) on matrices of its form R ∘ (x_i·x_j), R = W diag(W)⁻¹,
-    against numpy's pivoted LU."""
+    against numpy's pivoted LU, one system at a time under `jax.jit` and two under `jax.vmap`."""
     rng = np.random.default_rng(0)
     for n in range(1, 11):
-        root = rng.normal(size=(n, n))
-        inverse_inertia = root @ root.T + n * np.eye(n)
-        x = rng.normal(size=(n, 3))
-        x /= np.linalg.norm(x, axis=1, keepdims=True)
-        matrix = inverse_inertia / np.diag(inverse_inertia)[None] * (x @ x.T)
-        rhs = rng.normal(size=n)
-        expected = np.linalg.solve(matrix, rhs)
-        solved = jax.jit(_solve_small)(jnp.asarray(matrix), jnp.asarray(rhs))
+        root = rng.normal(size=(2, n, n))
+        inverse_inertia = root @ root.transpose(0, 2, 1) + n * np.eye(n)
+        x = rng.normal(size=(2, n, 3))
+        x /= np.linalg.norm(x, axis=-1, keepdims=True)
+        diagonal = np.diagonal(inverse_inertia, axis1=1, axis2=2)
+        matrix = inverse_inertia / diagonal[:, None, :] * (x @ x.transpose(0, 2, 1))
+        rhs = rng.normal(size=(2, n))
+        expected = np.linalg.solve(matrix, rhs[..., None])[..., 0]
+        alone = jax.jit(_solve_small)(jnp.asarray(matrix[0]), jnp.asarray(rhs[0]))
+        batched = jax.jit(jax.vmap(_solve_small))(jnp.asarray(matrix), jnp.asarray(rhs))
         # measured up to 2e-16 relative
-        np.testing.assert_allclose(solved, expected, rtol=0, atol=1e-14 * np.max(np.abs(expected)), err_msg=f"n = {n}")
+        scale = 1e-14 * np.max(np.abs(expected))
+        np.testing.assert_allclose(alone, expected[0], rtol=0, atol=scale, err_msg=f"n = {n}")
+        np.testing.assert_allclose(batched, expected, rtol=0, atol=scale, err_msg=f"n = {n}, vmap")
