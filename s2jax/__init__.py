@@ -37,6 +37,7 @@ from ._integrators import (
     AbstractIntegrator as AbstractIntegrator,
     AbstractRungeKutta as AbstractRungeKutta,
     AdaptiveRungeKutta45 as AdaptiveRungeKutta45,
+    AutoIntegrator as AutoIntegrator,
     CommutatorFreeRK4 as CommutatorFreeRK4,
     Composition as Composition,
     DiscreteHamelIntegrator as DiscreteHamelIntegrator,

@@ -21,13 +21,16 @@ from jax.sharding import Mesh, PartitionSpec
 
 from ._adjoint import AbstractAdjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
-from ._errors import error_if
+from ._errors import error_if, raise_if_failed
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._jit import filter_jit
+from ._plan import plan
 from ._results import RESULTS
-from ._simulate import Solution, _raise_if_failed, _trace_floats, default_integrator_for, simulate
+from ._simulate import simulate
+from ._solution import Solution
 from ._system import AbstractSystem
+from ._validation import trace_floats
 
 _AXIS = "batch"
 
@@ -101,14 +104,11 @@ def simulate_batch(
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
     if not isinstance(dt, jax.core.Tracer) and not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be positive and finite; got {float(dt)}")
-    if integrator is None and not isinstance(lagrangian, AbstractSystem):
-        # Chosen here, where the params are still concrete: inside the batch they are traced,
-        # and simulate could no longer tell a Lagrangian of (2.2) from any other.
-        first = jtu.tree_map(lambda axis, x: x[0] if axis == 0 else x, axes, dynamic, is_leaf=lambda x: x is None)
-        member_params = eqx.combine(first, static)
-        if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(member_params)):
-            integrator = default_integrator_for(lagrangian, q0[0], omega0[0], member_params)
-    member = _Member(lagrangian, static, num_steps, integrator, force, save_every, adjoint)
+    # The plan is made here, from the first member, where the params are still concrete: inside
+    # the batch they are traced, and simulate could no longer check the form (2.2) before compiling.
+    first = jtu.tree_map(lambda axis, x: x[0] if axis == 0 else x, axes, dynamic, is_leaf=lambda x: x is None)
+    the_plan = plan(lagrangian, q0[0], omega0[0], eqx.combine(first, static), integrator=integrator, force=force)
+    member = _Member(the_plan.system, static, num_steps, the_plan.integrator, save_every, adjoint)
     solution = _sharded_vmap(member, mesh, axes, q0, omega0, dynamic, dt)
     if throw:
         codes = solution.result._value
@@ -124,29 +124,29 @@ def simulate_batch(
             # per member, as in `simulate` under vmap: the host check still sees the whole batch
             def checked(s):
                 codes = s.result._value
-                return error_if(s, codes != RESULTS.successful._value, _raise_if_failed, codes, s.failed_step, dt)
+                return error_if(s, codes != RESULTS.successful._value, raise_if_failed, codes, s.failed_step, dt)
 
             solution = jax.vmap(checked)(solution)
         else:
-            _raise_if_failed(*_on_every_host(codes, solution.failed_step), dt)
+            raise_if_failed(*_on_every_host(codes, solution.failed_step), dt)
     return solution
 
 
 class _Member(eqx.Module):
-    """One member's `simulate` (throw=False), all options but the batched inputs fixed."""
+    """One member's `simulate` (throw=False) of the planned system and integrator, all options but
+    the batched inputs fixed."""
 
-    lagrangian: Lagrangian
+    system: AbstractSystem
     static_params: Params
     num_steps: int
-    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator | None
-    force: AbstractForce | Callable | None
+    integrator: AbstractIntegrator | AbstractAdaptiveIntegrator
     save_every: int
     adjoint: AbstractAdjoint | None
 
     def __call__(self, q0, omega0, dynamic_params, dt) -> Solution:
         return simulate(
-            self.lagrangian, q0, omega0, eqx.combine(dynamic_params, self.static_params), dt=dt,
-            num_steps=self.num_steps, integrator=self.integrator, force=self.force,
+            self.system, q0, omega0, eqx.combine(dynamic_params, self.static_params), dt=dt,
+            num_steps=self.num_steps, integrator=self.integrator,
             save_every=self.save_every, adjoint=self.adjoint, throw=False,
         )
 
@@ -154,7 +154,7 @@ class _Member(eqx.Module):
 def _split_params(params, params_axis, batch_size):
     """`(dynamic, static, axes)`: the array leaves of params (floats made arrays, as in
     `simulate`), the rest, and for each dynamic leaf its batch axis, 0 or None."""
-    params = jtu.tree_map(_trace_floats, params)
+    params = jtu.tree_map(trace_floats, params)
     try:
         axes = jtu.tree_map(
             lambda axis, subtree: jtu.tree_map(lambda _: axis, subtree), params_axis, params,

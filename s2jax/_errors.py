@@ -8,6 +8,8 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 
+from ._results import RESULTS
+
 
 class SimulationError(RuntimeError):
     """A simulation, or its gradient, could not be computed as asked (`throw=True`).
@@ -52,3 +54,38 @@ def _poison(x):
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.full_like(x, jnp.nan)
     return jnp.full_like(x, jnp.iinfo(x.dtype).max)
+
+
+def failure_message(code, failed_step, dt, batch_index=None) -> str:
+    where = "" if batch_index is None else f" (batch index {batch_index})"
+    step = int(failed_step)
+    before_first_step = (
+        RESULTS.invalid_initial_state, RESULTS.invalid_parameters, RESULTS.invalid_controls,
+        RESULTS.not_lagrangian_form,
+        RESULTS.inertia_not_diagonal,
+    )
+    if any(code == c._value for c in before_first_step):
+        message = f"s2jax.simulate{where}: before the first step: {RESULTS._index_to_message[int(code)]}"
+        if code == RESULTS.not_lagrangian_form._value:
+            message += (
+                ". To integrate a Lagrangian of any form with traced params, pass "
+                "s2jax.GeneralLagrangianSystem(lagrangian) or integrator=s2jax.GeneralVariationalIntegrator()"
+            )
+        return message
+    return (
+        f"s2jax.simulate{where}: step {step} → {step + 1} (t = {step * float(dt):.6g}) "
+        f"failed: {RESULTS._index_to_message[int(code)]}. Pass throw=False to get the "
+        "trajectory up to that step and the result code."
+    )
+
+
+def raise_if_failed(codes, failed_steps, dt):
+    codes = np.asarray(codes)
+    failed_steps = np.asarray(failed_steps)
+    bad = np.argwhere(np.atleast_1d(codes != RESULTS.successful._value))
+    if bad.size:
+        index = tuple(int(i) for i in bad[0]) if codes.ndim else ()
+        batch_index = index if codes.ndim else None
+        raise SimulationError(
+            failure_message(codes[index], failed_steps[index], np.asarray(dt).reshape(-1)[0], batch_index)
+        )

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 
 from ._chart import chart_to_state
-from ._custom_types import Array, Bool, Float, Lagrangian, Params
-from ._force import AbstractForce
+from ._custom_types import Array, Bool, Float, Params
 from ._integrators import AbstractIntegrator
 from ._results import RESULTS
 from ._simulate import simulate
+from ._system import AbstractSystem
 
 
 class MultipleShooting(eqx.Module):
@@ -26,7 +26,9 @@ class MultipleShooting(eqx.Module):
 
     **Fields:**
 
-    - `lagrangian`, `integrator`, `dt`: as for `simulate`.
+    - `system`, `integrator`: the planned system (its force included) and integrator
+      (`s2jax._plan.plan`), so every segment runs the step that `simulate` runs.
+    - `dt`: the step h.
     - `steps_per_segment`: L.
     - `q0`, `omega0`: the start of segment 1 when it is not an unknown.
     - `base_q`, `base_omega`, `basis`: the chart's base points and tangent bases of the unknown
@@ -34,7 +36,7 @@ class MultipleShooting(eqx.Module):
     - `free_first_start`: whether segment 1's start is an unknown too.
     """
 
-    lagrangian: Lagrangian
+    system: AbstractSystem
     integrator: AbstractIntegrator
     dt: Float[Array, ""]
     steps_per_segment: int = eqx.field(static=True)
@@ -54,10 +56,10 @@ class MultipleShooting(eqx.Module):
         return q, omega
 
     def run(
-        self, params: Params, coordinates, force: AbstractForce | None = None, controls: Array | None = None
+        self, params: Params, coordinates, controls: Array | None = None
     ) -> tuple[Float[Array, "S L+1 n 3"], Float[Array, "S L+1 n 3"], Float[Array, "S-1 2 n 3"], Bool[Array, ""]]:
-        """Simulate every segment (vmapped) with `params`, and `force` driven by `controls`, shape
-        (S, L, …): the controls of each segment's steps (None without controls).
+        """Simulate every segment (vmapped) with `params`, the system's force driven by `controls`,
+        shape (S, L, …): the controls of each segment's steps (None without controls).
 
         **Returns:** `(q, omega, jumps, failed)`: the states of each segment, shape
         (S, L + 1, n, 3); the jumps (q_end − q_start, T(ω_end − ω_start)) between consecutive
@@ -68,8 +70,8 @@ class MultipleShooting(eqx.Module):
 
         def run(q, omega, u):
             solution = simulate(
-                self.lagrangian, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment,
-                integrator=self.integrator, force=force, controls=u, throw=False,
+                self.system, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment,
+                integrator=self.integrator, controls=u, throw=False,
             )
             return solution.q, solution.omega, solution.result != RESULTS.successful
 

@@ -1,4 +1,4 @@
-"""Checks of an initial state, written once: raised eagerly, or a result code when traced.
+"""Checks of what a user passes in, written once: raised eagerly, or a result code when traced.
 
 Each rule is a predicate on (q0, ω0, dt) that works on concrete and traced arrays alike.
 `check_initial_state` evaluates them on concrete values and raises a `ValueError` naming the
@@ -6,6 +6,7 @@ first offending body; `initial_state_is_valid` evaluates the same predicates ins
 computation, where nothing can be raised before it runs, for `RESULTS.invalid_initial_state`.
 """
 
+import numbers
 from collections.abc import Callable
 
 import jax
@@ -92,3 +93,82 @@ def parameters_are_finite(params) -> Bool[Array, ""]:
     leaves = [jnp.asarray(leaf) for _, leaf in _numeric_leaves(params)]
     checks = [jnp.all(jnp.isfinite(leaf)) for leaf in leaves if jnp.issubdtype(leaf.dtype, jnp.inexact)]
     return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
+
+
+def check_state_arguments(q0, omega0, dt) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"], Float[Array, ""]]:
+    """(q0, ω0, dt) as float64 arrays of shapes (n, 3), (n, 3), (), or a `ValueError` naming what is wrong."""
+    q0 = jnp.asarray(q0)
+    omega0 = jnp.asarray(omega0)
+    if q0.ndim != 2 or q0.shape[-1] != 3:
+        raise ValueError(f"q0 must have shape (n, 3), one unit vector per body; got {q0.shape}")
+    if omega0.shape != q0.shape:
+        raise ValueError(f"omega0 must have the shape of q0, {q0.shape}; got {omega0.shape}")
+    for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):
+        if jnp.iscomplexobj(x):
+            raise ValueError(f"{label} is complex; the state and step of s2jax are real")
+    if not jnp.issubdtype(q0.dtype, jnp.floating):
+        q0 = q0.astype(float)
+    if q0.dtype != jnp.float64:
+        raise ValueError(
+            f"s2jax computes in float64 (its tolerances are 1e-12), but q0 has dtype {q0.dtype}: call "
+            "jax.config.update('jax_enable_x64', True) before creating arrays"
+        )
+    omega0 = omega0.astype(q0.dtype)
+    dt = jnp.asarray(dt, dtype=q0.dtype)
+    if dt.shape != ():
+        raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
+    return q0, omega0, dt
+
+
+def check_controls(controls, num_steps):
+    """The open-loop controls as a float64 array of num_steps rows, or a ValueError."""
+    if isinstance(controls, jax.core.Tracer):
+        array = controls
+    else:
+        array = np.asarray(controls)
+        if np.iscomplexobj(array):
+            raise ValueError("`controls` is complex; controls of s2jax are real")
+        if array.dtype.kind not in "fiu":
+            raise ValueError(f"`controls` must be an array of numbers; got dtype {array.dtype}")
+        if array.ndim and not np.all(np.isfinite(array)):
+            k = int(np.argwhere(~np.isfinite(array))[0][0])
+            raise ValueError(f"`controls` of step {k} is not finite: {array[k]}")
+    if array.ndim == 0 or array.shape[0] != num_steps:
+        raise ValueError(
+            f"`controls` must have one row per step, shape (num_steps = {num_steps}, ...); got shape {array.shape}"
+        )
+    if array.dtype == jnp.float32:
+        raise ValueError("`controls` has dtype float32; s2jax computes in float64")
+    return jnp.asarray(array, dtype=jnp.float64)
+
+
+def check_force_output(force, policy, q0, omega0, params, controls):
+    """Trace the force once (no computation): it must return one ℝ³ vector per body."""
+    def first_force():
+        t0 = jnp.zeros((), q0.dtype)
+        if policy is not None:
+            u = policy(t0, q0, omega0, params)
+        else:
+            u = None if controls is None else controls[0]
+        return force(t0, q0, omega0, u, params)
+
+    try:
+        shape = jax.eval_shape(first_force)
+    except Exception as error:  # the user's force or policy failed on the first step's arguments
+        raise ValueError(
+            f"the force (or the policy) failed on the first step's arguments: {type(error).__name__}: {error}"
+        ) from error
+    if not hasattr(shape, "shape") or shape.shape != q0.shape:
+        raise ValueError(f"the force must return shape {q0.shape}, one ℝ³ vector per body; got {shape}")
+
+
+def positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive Python int; got {value!r}")
+    return int(value)
+
+
+def trace_floats(leaf):
+    if isinstance(leaf, (float, np.ndarray, np.floating, jax.Array)) and not isinstance(leaf, bool):
+        return jnp.asarray(leaf)
+    return leaf

@@ -22,9 +22,10 @@ from jax.flatten_util import ravel_pytree
 from ._chart import tangent_basis
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError
-from ._integrators import AbstractIntegrator, VariationalIntegrator
+from ._integrators import AbstractIntegrator
 from ._jit import filter_jit
 from ._optimise import minimise, named_optimizer
+from ._plan import plan
 from ._shooting import MultipleShooting
 from ._simulate import simulate
 
@@ -177,7 +178,7 @@ def fit(
     tolerance: float = 1e-10,
     continuity_weights: float | Sequence[float] = (1e-3, 1e-1, 1e1),
     refinement_steps: int = 10,
-    integrator: AbstractIntegrator = VariationalIntegrator(),
+    integrator: AbstractIntegrator | None = None,
     noise_std: float | None = None,
     fit_initial_state: bool = False,
 ) -> FitResult:
@@ -203,7 +204,8 @@ def fit(
 
     **Arguments:**
 
-    - `lagrangian`: the model, a pure function `L(q, qdot, params) -> scalar`.
+    - `lagrangian`: the model, a pure function `L(q, qdot, params) -> scalar` of any regular form,
+      or an `s2jax.AbstractSystem`.
     - `params`: a dict of the known parameters and the initial guesses of the free ones.
     - `observations`: the observed directions q̃_j, shape (J, len(bodies), 3).
     - `times`: the observation times, shape (J,): strictly increasing, ≥ 0 and multiples of
@@ -222,7 +224,9 @@ def fit(
       loss, and the refinement once a step moves no unknown by more than `tolerance`.
     - `continuity_weights`: w, or an increasing sequence of them (ignored for S = 1).
     - `refinement_steps`: the most Gauss–Newton steps (0: none).
-    - `integrator`: as in `simulate` (`ExplicitVariationalIntegrator()` for diagonal inertia).
+    - `integrator`: as in `simulate`; None (default) is its automatic choice, made once from the
+      initial params (`s2jax.AutoIntegrator`: the VI of 002 that suits M for a Lagrangian of (2.2),
+      `GeneralVariationalIntegrator` for any other L).
     - `noise_std`: σ, if known; otherwise σ² = |r|² / (N − p), N the number of data residuals
       and p that of the free values (plus 4n if `fit_initial_state`).
     - `fit_initial_state`: fit the start of segment 1 too.
@@ -295,12 +299,14 @@ def fit(
             f"s2jax.fit: the simulation from q0, omega0 with the initial params fails, so there is "
             f"nothing to start from ({reason}). Start from a better guess or a smaller dt."
         ) from None
+    # The plan of the guess's run, for every segment: made here, from the concrete initial params.
+    the_plan = plan(lagrangian, jnp.asarray(q0), jnp.asarray(omega0), params, integrator=integrator)
     first = 0 if fit_initial_state else 1
     base_q, base_omega = np.asarray(guess.q[first:-1]), np.asarray(guess.omega[first:-1])
     segment = np.minimum(steps // length, segments - 1)
     known = {key: value for key, value in params.items() if key not in free}
     shooting = MultipleShooting(
-        lagrangian, integrator, jnp.asarray(dt), length, jnp.asarray(q0), jnp.asarray(omega0),
+        the_plan.system, the_plan.integrator, jnp.asarray(dt), length, jnp.asarray(q0), jnp.asarray(omega0),
         jnp.asarray(base_q), jnp.asarray(base_omega), jnp.asarray(tangent_basis(base_q)), fit_initial_state,
     )
     # The guesses of the free params are not in `problem`: new guesses do not recompile.

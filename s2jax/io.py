@@ -12,6 +12,9 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
+from ._results import RESULTS, _names
+from ._solution import Solution
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike):
@@ -85,7 +88,6 @@ def save_solution(path: str | os.PathLike, solution, *, params=None, metadata: d
     - `metadata`: a JSON-serialisable dict (a description, a seed, …), or None.
     """
     from . import __version__
-    from ._results import _names
 
     if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(solution)):
         raise ValueError("save_solution needs concrete arrays; call it outside jax.jit / jax.vmap")
@@ -130,9 +132,6 @@ def load_solution(path: str | os.PathLike, *, params_like=None):
     the metadata dict, with `"s2jax_version"` (of the writer) and `"integrator"` (if saved)
     added.
     """
-    from ._results import RESULTS
-    from ._simulate import Solution
-
     with np.load(path, allow_pickle=False) as data:
         if "format" not in data or str(data["format"]) != FORMAT:
             raise ValueError(f"{path} is not a file of s2jax.io.save_solution (no format = {FORMAT!r})")

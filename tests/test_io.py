@@ -56,7 +56,7 @@ def _solution(throw=True, dt=0.01):
 def test_solution_round_trip_is_bitwise(tmp_path):
     sol, params = _solution()
     path = tmp_path / "run.npz"
-    sol.save(path, params=params, metadata={"seed": 3, "note": "e₃ down"})
+    s2.io.save_solution(path, sol, params=params, metadata={"seed": 3, "note": "e₃ down"})
     loaded, loaded_params, metadata = s2.io.load_solution(path)
     for name in ("t", "q", "omega", "failed_step"):
         a, b = np.asarray(getattr(sol, name)), np.asarray(getattr(loaded, name))
@@ -94,7 +94,7 @@ def test_failed_batch_round_trips_its_codes(tmp_path):
     sols = jax.vmap(lambda dt: _solution(throw=False, dt=dt)[0])(jnp.array([0.01, 50.0]))
     assert repr(sols.result) != "RESULTS[successful, successful]"
     path = tmp_path / "batch.npz"
-    sols.save(path)
+    s2.io.save_solution(path, sols)
     loaded, params, _ = s2.io.load_solution(path)
     assert repr(loaded.result) == repr(sols.result) and params == {}
     np.testing.assert_array_equal(loaded.failed_step, sols.failed_step)
@@ -103,7 +103,7 @@ def test_failed_batch_round_trips_its_codes(tmp_path):
 def test_bad_files_and_metadata_are_rejected(tmp_path):
     sol, _ = _solution()
     with pytest.raises(ValueError, match="JSON"):
-        sol.save(tmp_path / "x.npz", metadata={"f": object()})
+        s2.io.save_solution(tmp_path / "x.npz", sol, metadata={"f": object()})
     assert not (tmp_path / "x.npz").exists()
     np.savez(tmp_path / "other.npz", q=np.zeros(3))
     with pytest.raises(ValueError, match="not a file of s2jax.io.save_solution"):

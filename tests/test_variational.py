@@ -8,7 +8,6 @@ from double_pendulum_reference import solve as reference_solve, vector_field as 
 
 import s2jax as s2
 from s2jax._discrete import discrete_legendre_step
-from s2jax._integrators.default import default_integrator
 from s2jax._integrators.variational import cayley_jacobian
 
 dsp = s2.models.double_spherical_pendulum
@@ -280,9 +279,10 @@ def test_fast_step_matches_slow_independent_step_over_1000_steps():
 
 def test_default_integrator_is_explicit_for_diagonal_inertia_only():
     """simulate without an integrator runs (3.17)–(3.18) for a diagonal M, (3.10)–(3.13) otherwise."""
-    assert isinstance(default_integrator(np.diag([1.0, 2.0])), s2.ExplicitVariationalIntegrator)
-    assert isinstance(default_integrator(np.array([[2.0, 0.5], [0.5, 1.0]])), s2.VariationalIntegrator)
-    assert isinstance(default_integrator(None), s2.VariationalIntegrator)
+    auto, system = s2.AutoIntegrator(), s2.LagrangianSystem(_three_uncoupled_pendula)
+    assert isinstance(auto.select(system, "diagonal"), s2.ExplicitVariationalIntegrator)
+    assert isinstance(auto.select(system, "dense"), s2.VariationalIntegrator)
+    assert isinstance(auto.select(system, None), s2.VariationalIntegrator)
     params = {"m": jnp.array([1.0, 2.0, 0.5]), "g": 9.81, "k": 3.0}
     q0, omega0 = s2.random_state(jax.random.PRNGKey(3), 3)
     kwargs = dict(dt=0.01, num_steps=20)

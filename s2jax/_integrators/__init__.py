@@ -1,4 +1,5 @@
 from .adaptive import AdaptiveRungeKutta45 as AdaptiveRungeKutta45
+from .auto import AutoIntegrator as AutoIntegrator
 from .base import AbstractAdaptiveIntegrator as AbstractAdaptiveIntegrator, AbstractIntegrator as AbstractIntegrator
 from .composition import Composition as Composition
 from .constrained import Rattle as Rattle, StormerVerlet as StormerVerlet

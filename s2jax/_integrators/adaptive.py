@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._results import RESULTS
+from .._system import AbstractSystem
 from .base import AbstractAdaptiveIntegrator, check_finite
 
 
@@ -36,6 +37,7 @@ class AdaptiveRungeKutta45(AbstractAdaptiveIntegrator):
     atol: float = 1e-6
     max_steps: int = 1_000_000
 
+    system_type: ClassVar[type[AbstractSystem]] = AbstractSystem
     order: ClassVar[int] = 5
     is_symmetric: ClassVar[bool] = False
     requires_diagonal_inertia: ClassVar[bool] = False

@@ -25,6 +25,8 @@ class AbstractIntegrator(eqx.Module):
 
     Declared capabilities (class attributes, or properties of wrappers such as `Composition`):
 
+    - `system_type`: the `AbstractSystem` subclass the method integrates (`AbstractSystem` for
+      methods that need only the equations of motion); the plan refuses any other system.
     - `order`: the order of the global error.
     - `is_symmetric`: a step with −h undoes a step with h (to the solver tolerance), which
       `ReversibleAdjoint` needs.
@@ -32,6 +34,7 @@ class AbstractIntegrator(eqx.Module):
     - `velocity_dependent_forces`: the method takes generalized forces that depend on ω.
     """
 
+    system_type: eqx.AbstractVar[type[AbstractSystem]]
     order: eqx.AbstractVar[int]
     is_symmetric: eqx.AbstractVar[bool]
     requires_diagonal_inertia: eqx.AbstractVar[bool]
@@ -88,6 +91,7 @@ class AbstractAdaptiveIntegrator(eqx.Module):
     capabilities as `AbstractIntegrator`.
     """
 
+    system_type: eqx.AbstractVar[type[AbstractSystem]]
     order: eqx.AbstractVar[int]
     is_symmetric: eqx.AbstractVar[bool]
     requires_diagonal_inertia: eqx.AbstractVar[bool]
@@ -99,6 +103,17 @@ class AbstractAdaptiveIntegrator(eqx.Module):
     ) -> tuple[State, RESULTS, Int[Array, ""], Int[Array, ""]]:
         """`(ys at ts, result, failed_save, num_steps)`: `failed_save` is the index of the first
         save time not reached (−1 if all were), the states from there on repeat the last good one."""
+
+
+def check_system_type(integrator, system: AbstractSystem) -> None:
+    """Raise a `TypeError` unless `system` is of the `system_type` that `integrator` declares
+    (for a method called directly; `simulate` and the other entry points refuse the pair before
+    compiling, with a hint, through the plan)."""
+    if not isinstance(system, integrator.system_type):
+        raise TypeError(
+            f"{type(integrator).__name__} integrates a {integrator.system_type.__name__}; "
+            f"got a {type(system).__name__}"
+        )
 
 
 def check_finite(result: RESULTS, *arrays: Array) -> RESULTS:

@@ -99,6 +99,10 @@ class Composition(AbstractIntegrator):
             )
 
     @property
+    def system_type(self) -> type:
+        return self.integrator.system_type
+
+    @property
     def is_symmetric(self) -> bool:
         return True  # the weights are palindromic and the base method symmetric
 

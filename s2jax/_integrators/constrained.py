@@ -60,6 +60,7 @@ from .._custom_types import Array, Float
 from .._geometry import dot
 from .._newton import newton_root
 from .._results import RESULTS
+from .._system import AbstractSystem, LagrangianSystem
 from .base import AbstractIntegrator, check_finite
 
 
@@ -93,6 +94,7 @@ class _AbstractEmbedded(AbstractIntegrator):
     (t_{n+1}, x_{n+1}) with ω from the velocity in the state, so it may not depend on ω.
     """
 
+    system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
     order: ClassVar[int] = 2
     is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = True

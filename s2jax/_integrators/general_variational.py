@@ -33,7 +33,8 @@ from .._general_system import GeneralLagrangianSystem, pinned_tangent
 from .._geometry import cayley_rotate
 from .._newton import newton_root
 from .._results import RESULTS
-from .base import AbstractIntegrator, check_finite
+from .._system import AbstractSystem
+from .base import AbstractIntegrator, check_finite, check_system_type
 
 
 class GeneralState(eqx.Module):
@@ -77,18 +78,19 @@ class GeneralVariationalIntegrator(AbstractIntegrator):
     atol: float = 1e-12
     max_steps: int = 20
 
+    system_type: ClassVar[type[AbstractSystem]] = GeneralLagrangianSystem
     order: ClassVar[int] = 2
     is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = False
     velocity_dependent_forces: ClassVar[bool] = True
 
     def init(self, system, t0, y0, args):
-        _check_system(system)
+        check_system_type(self, system)
         # f ≈ (h/2) ω for small steps, so f/h starts at ω/2.
         return GeneralState(0.5 * y0[1])
 
     def step(self, system, t0, dt, y, args, state):
-        _check_system(system)
+        check_system_type(self, system)
         q, omega = y
         lagrangian, params = system.lagrangian, args.params
         newton = dict(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
@@ -116,10 +118,3 @@ class GeneralVariationalIntegrator(AbstractIntegrator):
         result = RESULTS.where(converged & solved, RESULTS.successful, RESULTS.newton_failed)
         result = check_finite(result, q_next, omega_next)
         return (q_next, omega_next), GeneralState(f / dt), result
-
-
-def _check_system(system):
-    if not isinstance(system, GeneralLagrangianSystem):
-        raise TypeError(
-            f"GeneralVariationalIntegrator integrates a GeneralLagrangianSystem; got {type(system).__name__}"
-        )

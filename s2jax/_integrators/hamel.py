@@ -90,6 +90,7 @@ from .._custom_types import Array, Float
 from .._geometry import cayley_rotate
 from .._newton import newton_root
 from .._results import RESULTS
+from .._system import AbstractSystem, LagrangianSystem
 from .base import AbstractIntegrator, check_finite
 
 
@@ -130,6 +131,7 @@ class DiscreteHamelIntegrator(AbstractIntegrator):
     atol: float = 1e-12
     max_steps: int = 20
 
+    system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
     order: ClassVar[int] = 2
     is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = True

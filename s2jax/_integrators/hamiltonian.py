@@ -54,7 +54,8 @@ from .._geometry import dot
 from .._hamiltonian import HamiltonianSystem
 from .._newton import newton_root
 from .._results import RESULTS
-from .base import AbstractIntegrator, check_finite
+from .._system import AbstractSystem
+from .base import AbstractIntegrator, check_finite, check_system_type
 
 
 class HamiltonianState(eqx.Module):
@@ -87,14 +88,14 @@ class HamiltonianRattle(AbstractIntegrator):
     atol: float = 1e-12
     max_steps: int = 20
 
+    system_type: ClassVar[type[AbstractSystem]] = HamiltonianSystem
     order: ClassVar[int] = 2
     is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = False
     velocity_dependent_forces: ClassVar[bool] = False
 
     def init(self, system, t0, y0, args):
-        if not isinstance(system, HamiltonianSystem):
-            raise TypeError(f"HamiltonianRattle integrates a HamiltonianSystem; got a {type(system).__name__}")
+        check_system_type(self, system)
         q, omega = y0
         # K's normal mass per body: m_ii(q₀), fixed for the whole run so that K, and with it
         # the method's symmetry, does not change from step to step (module docstring).

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from .._custom_types import Array, Float
 from .._geometry import dot
 from .._results import RESULTS
+from .._system import AbstractSystem
 from .base import AbstractIntegrator, check_finite
 
 Algebra = tuple[Float[Array, "n 3"], Float[Array, "n 3"]]
@@ -186,6 +187,7 @@ def _rkmk_step(field, t0, q, omega, dt, a, b, truncation):
 class _AbstractLieGroupMethod(AbstractIntegrator):
     """An explicit Lie group method: no state between steps; forces through ξ."""
 
+    system_type: ClassVar[type[AbstractSystem]] = AbstractSystem
     is_symmetric: ClassVar[bool] = False
     requires_diagonal_inertia: ClassVar[bool] = False
     velocity_dependent_forces: ClassVar[bool] = True

@@ -11,6 +11,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._results import RESULTS
+from .._system import AbstractSystem
 from .base import AbstractIntegrator, check_finite
 
 
@@ -40,6 +41,7 @@ class AbstractRungeKutta(AbstractIntegrator):
     tableau: eqx.AbstractClassVar[tuple]
     reproject: eqx.AbstractClassVar[bool]
 
+    system_type: ClassVar[type[AbstractSystem]] = AbstractSystem
     is_symmetric: ClassVar[bool] = False
     requires_diagonal_inertia: ClassVar[bool] = False
     velocity_dependent_forces: ClassVar[bool] = True

@@ -29,6 +29,7 @@ from .._geometry import cayley_displacement, cayley_rotate, dot, hat
 from .._newton import newton_root
 from .._results import RESULTS
 from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
+from .._system import AbstractSystem, LagrangianSystem
 from .._two_body import two_body_newton
 from .base import AbstractIntegrator, check_finite
 
@@ -283,6 +284,7 @@ class VariationalIntegrator(AbstractIntegrator):
     max_steps: int = 20
     unrolled: int = 2
 
+    system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
     order: ClassVar[int] = 2
     is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = False
@@ -417,6 +419,7 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
     atol: float = 1e-12
     max_steps: int = 20
 
+    system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
     order: ClassVar[int] = 2
     is_symmetric: ClassVar[bool] = True
     requires_diagonal_inertia: ClassVar[bool] = True

@@ -69,6 +69,7 @@ def receding_horizon(
     omega0 = jnp.asarray(omega0, dtype=float)
     shape = (problem.num_steps, *problem.control_shape)
     init = problem.clip(jnp.zeros(shape, q0.dtype)) if init is None else jnp.asarray(init, q0.dtype)
+    problem, plant = problem.planned(q0, omega0), plant.planned(q0, omega0)
     return _receding_horizon(
         problem, plant, solver, q0, omega0, init, num_solves, steps_per_solve, max_outer_steps, constraint_tolerance
     )

@@ -1,9 +1,9 @@
 """A trajectory optimisation problem on T(S²)ⁿ and what its solvers return.
 
-The dynamics are a forced simulation (`s2jax.simulate` with `force` and open-loop `controls`):
-the discrete Lagrange–d'Alembert integrator by default, so the optimiser differentiates the
-same structure-preserving map it will be judged by. The cost of controls u_0 … u_{N−1} from
-(q_0, ω_0) is
+The dynamics are a forced simulation (`s2jax.simulate` with `force` and open-loop `controls`)
+of the plan that `simulate` makes (`_plan.py`): the discrete Lagrange–d'Alembert integrator of
+the system's kind by default, so the optimiser differentiates the same structure-preserving
+map it will be judged by. The cost of controls u_0 … u_{N−1} from (q_0, ω_0) is
 
     J(u) = Σ_{k<N} h ℓ(t_k, q_k, ω_k, u_k) + Φ(q_N, ω_N),
 
@@ -20,10 +20,12 @@ import jax.numpy as jnp
 
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
-from .._integrators import AbstractIntegrator, VariationalIntegrator
+from .._integrators import AbstractIntegrator, AutoIntegrator
+from .._plan import Plan, plan
 from .._results import RESULTS
-from .._simulate import Solution, simulate
-from .._system import LagrangianSystem
+from .._simulate import simulate
+from .._solution import Solution
+from .._system import AbstractSystem
 
 
 class Problem(eqx.Module):
@@ -31,7 +33,8 @@ class Problem(eqx.Module):
 
     **Fields:**
 
-    - `lagrangian`, `params`: the model, as for `simulate`.
+    - `lagrangian`, `params`: the model, as for `simulate`: a Lagrangian of any form, or an
+      `s2jax.AbstractSystem` (e.g. a `HamiltonianSystem`), which takes this problem's `force`.
     - `force`: an `s2jax.AbstractForce` that reads the control u (e.g.
       `s2jax.forces.PivotTorque(0)`); it may also hold known loads (a disturbance).
     - `dt`, `num_steps`: the step h and the number of steps N (horizon N h).
@@ -40,10 +43,15 @@ class Problem(eqx.Module):
     - `terminal_constraint`: c(q_N, ω_N) -> vector, to be driven to zero (default none).
     - `lower`, `upper`: box bounds on each u_k, arrays of shape `control_shape` (default none).
     - `control_shape`: the shape of one u_k (default (3,), a torque).
-    - `integrator`: the integrator of the dynamics (default `VariationalIntegrator()`).
+    - `integrator`: the integrator of the dynamics; None (default) is `simulate`'s automatic
+      choice (`s2jax.AutoIntegrator`): `VariationalIntegrator` for a Lagrangian of (2.2),
+      `GeneralVariationalIntegrator` for any other L, `HamiltonianRattle` for a Hamiltonian.
+
+    `solve` and `receding_horizon` make the plan once, before compiling (`planned`), so that
+    every step the solver linearises is the step `simulate` runs.
     """
 
-    lagrangian: Lagrangian
+    lagrangian: Lagrangian | AbstractSystem
     params: Params
     force: AbstractForce
     dt: float
@@ -54,7 +62,7 @@ class Problem(eqx.Module):
     lower: Float[Array, "..."] | None = None
     upper: Float[Array, "..."] | None = None
     control_shape: tuple[int, ...] = eqx.field(static=True, default=(3,))
-    integrator: AbstractIntegrator = VariationalIntegrator()
+    integrator: AbstractIntegrator | AutoIntegrator | None = None
 
     def __check_init__(self):
         if (self.lower is None) != (self.upper is None):
@@ -78,23 +86,40 @@ class Problem(eqx.Module):
         """`lower` and `upper` broadcast to `shape` (e.g. that of all the controls)."""
         return jnp.broadcast_to(self.lower, shape), jnp.broadcast_to(self.upper, shape)
 
+    def plan(self, q0, omega0) -> Plan:
+        """The plan of the dynamics (`simulate`'s): the system, with this problem's force, and the
+        integrator. Idempotent: the plan of a `planned` problem is the plan it holds."""
+        if isinstance(self.lagrangian, AbstractSystem):
+            system = dataclasses.replace(self.lagrangian, force=self.force)
+            return plan(system, q0, omega0, self.params, integrator=self.integrator)
+        return plan(self.lagrangian, q0, omega0, self.params, integrator=self.integrator, force=self.force)
+
+    def planned(self, q0, omega0) -> "Problem":
+        """This problem with its plan made: `lagrangian` the planned system and `integrator` the
+        chosen one. Made eagerly (concrete params) it holds what the form check of (2.2) found,
+        which inside a compiled solve, where the params are traced, could not be found."""
+        the_plan = self.plan(q0, omega0)
+        return dataclasses.replace(self, lagrangian=the_plan.system, integrator=the_plan.integrator)
+
     def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
         """The trajectory of `controls` from (q0, ω0): every step saved."""
+        the_plan = self.plan(q0, omega0)
         return simulate(
-            self.lagrangian, q0, omega0, self.params, dt=self.dt, num_steps=self.num_steps,
-            integrator=self.integrator, force=self.force, controls=controls, throw=throw, **kwargs,
+            the_plan.system, q0, omega0, self.params, dt=self.dt, num_steps=self.num_steps,
+            integrator=the_plan.integrator, controls=controls, throw=throw, **kwargs,
         )
 
     def step(self, t, q, omega, u):
         """One step of the dynamics from (q, ω) at t with u held: `((q_next, ω_next), result)`.
 
-        The same step as `simulate` takes (the integrator's state is initialised afresh, which
-        changes only Newton's starting point, not the solution).
+        The step `simulate` takes, of the same plan (the integrator's state is initialised
+        afresh, which changes only Newton's starting point, not the solution).
         """
-        system = LagrangianSystem(self.lagrangian, self.force)
+        the_plan = self.plan(q, omega)
+        system, integrator = the_plan.system, the_plan.integrator
         args = dataclasses.replace(system.prepare(q, self.params), control=u)
-        state = self.integrator.init(system, t, (q, omega), args)
-        y, _, result = self.integrator.step(system, t, jnp.asarray(self.dt, q.dtype), (q, omega), args, state)
+        state = integrator.init(system, t, (q, omega), args)
+        y, _, result = integrator.step(system, t, jnp.asarray(self.dt, q.dtype), (q, omega), args, state)
         return y, result
 
     def running(self, t, q, omega, controls) -> Float[Array, ""]:

@@ -120,11 +120,12 @@ class MultipleShooting(AbstractControlSolver):
     def _run(self, problem, q0, omega0, decision, z, starts):
         u = _to_controls(problem, z)
         by_segment = u.reshape(self.num_segments, -1, *u.shape[1:])
+        the_plan = problem.plan(q0, omega0)
         segments = _Segments(
-            problem.lagrangian, problem.integrator, jnp.asarray(problem.dt), problem.num_steps // self.num_segments,
+            the_plan.system, the_plan.integrator, jnp.asarray(problem.dt), problem.num_steps // self.num_segments,
             q0, omega0, decision.base_q, decision.base_omega, decision.basis, False,
         )
-        q, omega, jumps, failed = segments.run(problem.params, starts, problem.force, by_segment)
+        q, omega, jumps, failed = segments.run(problem.params, starts, by_segment)
         return u, q, omega, jumps, failed
 
     def _constraints(self, problem, u, q, omega, jumps):

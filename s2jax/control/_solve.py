@@ -56,6 +56,7 @@ def solve(
     omega0 = jnp.asarray(omega0, dtype=float)
     if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):
         check_initial_state(q0, omega0, problem.dt)
+    problem = problem.planned(q0, omega0)
     shape = (problem.num_steps, *problem.control_shape)
     if init is None:
         init = problem.clip(jnp.zeros(shape, q0.dtype))
