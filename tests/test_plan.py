@@ -1,0 +1,185 @@
+"""The plan (`s2jax._plan`): one choice of system and integrator, shared by every entry point.
+
+Fitting and trajectory optimisation run on the general-Lagrangian models and on a
+`HamiltonianSystem` because they call the plan `simulate` calls; iLQR linearises exactly the
+step `simulate` takes.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import s2jax as s2
+from s2jax._plan import plan
+from s2jax.models import double_spherical_pendulum as dsp, rotating_spherical_pendulum as rotating
+
+TARGET = np.array([[0.6, 0.0, 0.8]])
+
+
+def _rotating_hamiltonian(q, p, params):
+    """The Legendre transform of `rotating.lagrangian` (written out independently of it)."""
+    m, r, g, rate = params["m"], params["r"], params["g"], params["Omega"]
+    frame = jnp.cross(jnp.array([0.0, 0.0, 1.0]), q)
+    return jnp.sum(p**2) / (2 * m * r**2) - rate * jnp.sum(p * frame) - m * g * r * q[0, 2]
+
+
+def _reach(model, num_steps=20):
+    """Drive the bob to TARGET and stop it there (a terminal constraint), at least |u|²."""
+    target = jnp.asarray(TARGET)
+    return s2.control.Problem(
+        model, rotating.paper_params(), s2.forces.PivotTorque(0), 0.02, num_steps,
+        running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+        terminal_constraint=lambda q, omega: jnp.concatenate([jnp.ravel(q - target), jnp.ravel(omega)]),
+    )
+
+
+def test_auto_integrator_selects_by_system_kind():
+    auto = s2.AutoIntegrator()
+    assert type(auto.select(s2.LagrangianSystem(dsp.lagrangian), "diagonal")) is s2.ExplicitVariationalIntegrator
+    assert type(auto.select(s2.LagrangianSystem(dsp.lagrangian), "chain")) is s2.VariationalIntegrator
+    assert type(auto.select(s2.GeneralLagrangianSystem(rotating.lagrangian))) is s2.GeneralVariationalIntegrator
+    assert type(auto.select(s2.HamiltonianSystem(_rotating_hamiltonian))) is s2.HamiltonianRattle
+    # `integrator=AutoIntegrator()` is `integrator=None`
+    q0, omega0 = (jnp.asarray(x) for x in rotating.paper_state())
+    by_none = plan(rotating.lagrangian, q0, omega0, rotating.paper_params())
+    by_auto = plan(rotating.lagrangian, q0, omega0, rotating.paper_params(), integrator=auto)
+    assert by_none == by_auto
+    assert type(by_none.system) is s2.GeneralLagrangianSystem
+
+
+def test_plan_is_idempotent():
+    """Planning a planned system again changes nothing: what `control` and `simulate_batch` rely on."""
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    first = plan(dsp.lagrangian, q0, omega0, dsp.paper_params())
+    again = plan(first.system, q0, omega0, dsp.paper_params(), integrator=first.integrator)
+    assert again == first
+
+
+def test_integrator_system_type_is_the_only_compatibility_rule():
+    """A new integrator declaring `system_type` is admitted or refused by the plan with no list to edit."""
+
+    class OnlyGeneral(s2.RungeKutta4):
+        system_type = s2.GeneralLagrangianSystem
+
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    # A (2.2) Lagrangian is a general one too: it runs as a GeneralLagrangianSystem
+    planned = plan(dsp.lagrangian, q0, omega0, dsp.paper_params(), integrator=OnlyGeneral())
+    assert type(planned.system) is s2.GeneralLagrangianSystem
+    with pytest.raises(ValueError, match="OnlyGeneral needs a GeneralLagrangianSystem.*HamiltonianSystem runs"):
+        plan(s2.HamiltonianSystem(_rotating_hamiltonian), q0[:1], omega0[:1], rotating.paper_params(),
+             integrator=OnlyGeneral())
+
+
+@pytest.mark.slow
+def test_ilqr_drives_the_rotating_pendulum_to_rest_at_a_target():
+    """iLQR on a Lagrangian not of the form (2.2), the project's own rotating pendulum: it runs the
+    GeneralVariationalIntegrator, meets the terminal constraint, and agrees with single shooting
+    (a second solver through reverse-mode gradients of `simulate`) on the optimum."""
+    problem = _reach(rotating.lagrangian)
+    q0, omega0 = rotating.paper_state()
+    ilqr = s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR())
+    assert ilqr.result == s2.RESULTS.successful
+    assert float(ilqr.constraint_violation) < 1e-6
+    np.testing.assert_allclose(ilqr.q[-1], TARGET, atol=1e-6)
+    np.testing.assert_allclose(ilqr.omega[-1], 0.0, atol=1e-6)
+    shooting = s2.control.solve(problem, q0, omega0, solver=s2.control.SingleShooting())
+    assert float(shooting.cost) == pytest.approx(float(ilqr.cost), rel=1e-5)
+
+    # The step iLQR linearises is the step `simulate` runs: stepping the planned problem by hand
+    # with the optimal controls reproduces the re-simulated trajectory bit for bit.
+    planned = problem.planned(jnp.asarray(q0), jnp.asarray(omega0))
+    assert type(planned.integrator) is s2.GeneralVariationalIntegrator
+    sol = planned.simulate(jnp.asarray(q0), jnp.asarray(omega0), ilqr.controls)
+    assert sol.integrator == "GeneralVariationalIntegrator"
+    y = (jnp.asarray(q0), jnp.asarray(omega0))
+    for k in range(problem.num_steps):
+        y, result = planned.step(k * problem.dt, *y, ilqr.controls[k])
+        assert result == s2.RESULTS.successful
+    np.testing.assert_allclose(y[0], sol.q[-1], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(y[1], sol.omega[-1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_ilqr_on_a_hamiltonian_system_matches_its_lagrangian():
+    """The same problem given as a `HamiltonianSystem` (HamiltonianRattle) reaches the same
+    optimum as the Lagrangian (GeneralVariationalIntegrator) to the methods' O(h²) difference."""
+    q0, omega0 = rotating.paper_state()
+    lagrangian = s2.control.solve(_reach(rotating.lagrangian), q0, omega0, solver=s2.control.ILQR())
+    hamiltonian = s2.control.solve(
+        _reach(s2.HamiltonianSystem(_rotating_hamiltonian)), q0, omega0, solver=s2.control.ILQR()
+    )
+    assert hamiltonian.result == s2.RESULTS.successful
+    np.testing.assert_allclose(hamiltonian.q[-1], TARGET, atol=1e-6)
+    # Two second-order methods at h = 0.02 over 0.4 s: their controls differ by O(h²) relative.
+    assert float(hamiltonian.cost) == pytest.approx(float(lagrangian.cost), rel=2e-2)
+    np.testing.assert_allclose(hamiltonian.controls, lagrangian.controls, atol=0.05 * float(
+        jnp.max(jnp.abs(lagrangian.controls))))
+
+
+@pytest.mark.slow
+def test_fit_recovers_the_length_of_the_rotating_pendulum():
+    """`fit` on a Lagrangian not of the form (2.2): r from noisy directions of the bob, within
+    three standard errors of the truth, from a guess 20 % off."""
+    truth = {**rotating.paper_params(), "r": 1.25}
+    q0, omega0 = rotating.paper_state()
+    dt, num_steps = 0.01, 200
+    data = s2.simulate(rotating.lagrangian, q0, omega0, truth, dt=dt, num_steps=num_steps, save_every=10)
+    assert data.integrator == "GeneralVariationalIntegrator"
+    noise = 1e-3 * np.random.default_rng(1).normal(size=data.q[1:].shape)
+    result = s2.fit.fit(
+        rotating.lagrangian, {**truth, "r": 1.0}, np.asarray(data.q[1:]) + noise, times=np.asarray(data.t[1:]),
+        bodies=[0], dt=dt, q0=q0, omega0=omega0, free=["r"],
+    )
+    error = float(result.params["r"]) - truth["r"]
+    stderr = float(result.standard_errors["r"])
+    assert 0 < stderr < 1e-2
+    assert abs(error) < 3 * stderr
+
+
+def test_control_problem_defaults_to_the_automatic_choice():
+    """`Problem.integrator` None plans like `simulate`: the rotating pendulum's problem runs the
+    general VI where it used to be refused (`RESULTS.not_lagrangian_form`)."""
+    problem = _reach(rotating.lagrangian, num_steps=3)
+    q0, omega0 = (jnp.asarray(x) for x in rotating.paper_state())
+    assert problem.integrator is None
+    planned = problem.planned(q0, omega0)
+    assert type(planned.lagrangian) is s2.GeneralLagrangianSystem
+    assert planned.lagrangian.force is problem.force
+    assert planned.planned(q0, omega0) == planned
+    controls = jnp.zeros((3, 3))
+    by_problem = problem.simulate(q0, omega0, controls)
+    by_simulate = s2.simulate(rotating.lagrangian, q0, omega0, rotating.paper_params(), dt=0.02, num_steps=3,
+                              force=problem.force, controls=controls)
+    np.testing.assert_array_equal(by_problem.q, by_simulate.q)
+    # The explicit choice still refuses with a reason, before compiling
+    with pytest.raises(ValueError, match="VariationalIntegrator needs that form"):
+        dataclasses.replace(problem, integrator=s2.VariationalIntegrator()).planned(q0, omega0)
+
+
+def test_simulate_batch_runs_the_plan_of_simulate():
+    """A general L in `simulate_batch` runs what `simulate` runs, member for member."""
+    q0, omega0 = (jnp.asarray(x) for x in rotating.paper_state())
+    batch = s2.simulate_batch(rotating.lagrangian, jnp.stack([q0, q0]), jnp.stack([omega0, -omega0]),
+                              rotating.paper_params(), dt=0.01, num_steps=5)
+    assert batch.integrator == "GeneralVariationalIntegrator"
+    alone = s2.simulate(rotating.lagrangian, q0, -omega0, rotating.paper_params(), dt=0.01, num_steps=5)
+    np.testing.assert_allclose(batch.q[1], alone.q, rtol=0, atol=1e-15)
+
+
+def test_jit_of_a_solve_with_closed_over_params_is_planned_eagerly():
+    """Under `jax.jit` with the model's params closed over, the plan still sees concrete params."""
+    problem = _reach(rotating.lagrangian, num_steps=3)
+    q0, omega0 = (jnp.asarray(x) for x in rotating.paper_state())
+
+    @jax.jit
+    def final(controls):
+        sol = problem.simulate(q0, omega0, controls)
+        return sol.q[-1], sol.result
+
+    q, result = final(jnp.zeros((3, 3)))
+    assert result == s2.RESULTS.successful
+    # XLA folds the closed-over state into the program: the same arithmetic to the last bit or two
+    np.testing.assert_allclose(q, problem.simulate(q0, omega0, jnp.zeros((3, 3))).q[-1], rtol=0, atol=1e-15)
