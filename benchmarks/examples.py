@@ -4,9 +4,10 @@ of Example 6 as the number of molecules grows.
     python benchmarks/examples.py [--skip-scaling] [--only-scaling] [--quick]
 
 Part 1 runs every integrator of `python -m s2jax reproduce` with its settings (step, horizon,
-saved states) through the same ahead-of-time compiled `simulate` (`s2jax.apps.reproduce.
-compile_simulation`), and reports the compile time and the median wall time of the runs after
-it: 7 runs for those under 2 s, 5 under 20 s, 3 above.
+saved states; `EXAMPLES` below restates them from the public API, as the benchmarks use no
+other) through `simulate` compiled ahead of time as the app compiles it (`compile_simulation`),
+and reports the compile time and the median wall time of the runs after it: 7 runs for those
+under 2 s, 5 under 20 s, 3 above.
 
 Part 2 times the explicit VI on the Lennard-Jones molecules of Example 6 for n = 162, 642 and
 2562 (`icosphere(2|3|4)`, the same σ rule and vortices) over 1000 steps, saving only the final
@@ -23,17 +24,101 @@ import json
 import math
 import os
 import time
+from types import ModuleType
+from typing import NamedTuple
 
+import equinox as eqx
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 from _common import RESULTS, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
-from s2jax.apps.reproduce import EXAMPLES, compile_simulation, step_grid  # noqa: E402
+from s2jax import models  # noqa: E402
 from s2jax.models import lennard_jones_on_sphere as lj  # noqa: E402
+
+
+class Example(NamedTuple):
+    """An example of 002 §3.5 as `python -m s2jax reproduce` runs it: `runs` are (label,
+    integrator, h), h None for `AdaptiveRungeKutta45` (it is given the sampling grid); the states
+    are saved every `sample` s over `horizon` s."""
+
+    title: str
+    model: ModuleType
+    horizon: float
+    sample: float
+    runs: tuple
+
+
+_EXPLICIT = s2.ExplicitVariationalIntegrator()
+# The examples and runs of `python -m s2jax reproduce` (s2jax/apps/reproduce.py, whose `EXAMPLES`
+# also hold the paper's figures and plot styles): keep the two in step.
+EXAMPLES = {
+    1: Example("double spherical pendulum", models.double_spherical_pendulum, 100.0, 0.01, (
+        ("VI", s2.VariationalIntegrator(), 0.01),
+        ("RK45", s2.AdaptiveRungeKutta45(rtol=3e-5, atol=3e-8), None),
+    )),
+    2: Example("3-body problem on the sphere", models.n_body_on_sphere, 10.0, 1e-3, (
+        ("VI, h = 1e-3", _EXPLICIT, 1e-3),
+        ("RK2, h = 1e-3", s2.RungeKutta2(), 1e-3),
+        ("VI, h = 1e-4", _EXPLICIT, 1e-4),
+        ("RK2, h = 1e-4", s2.RungeKutta2(), 1e-4),
+    )),
+    3: Example("four spherical pendula joined by springs", models.coupled_spherical_pendula, 10.0, 5e-3, (
+        ("VI", _EXPLICIT, 5e-3),
+        ("RK2", s2.RungeKutta2(), 5e-3),
+        ("RK2 + projection", s2.RungeKutta2WithReprojection(), 5e-3),
+    )),
+    4: Example("elastic rod of 10 rigid elements", models.elastic_rod, 3.0, 1e-3, (
+        ("VI", s2.VariationalIntegrator(), 1e-4),
+        ("RK45", s2.AdaptiveRungeKutta45(rtol=5e-4, atol=5e-7), None),
+    )),
+    5: Example("4 × 4 array of magnetic dipoles", models.magnetic_dipoles, 10.0, 1e-3, (
+        ("VI", _EXPLICIT, 2.5e-4),
+        ("RK45", s2.AdaptiveRungeKutta45(rtol=3e-4, atol=3e-7), None),
+    )),
+    6: Example("642 Lennard-Jones molecules on the sphere", lj, 5.0, 5e-3, (
+        ("VI", _EXPLICIT, 5e-3),
+    )),
+}
+
+
+def step_grid(example, dt, horizon_scale):
+    """`(dt, save_every, num_steps)` of a run of step `dt` (None: the sampling step) over
+    `horizon_scale` × the example's horizon, saving every `example.sample` s."""
+    num_saves = max(1, round(example.horizon * horizon_scale / example.sample))
+    dt = example.sample if dt is None else dt
+    save_every = max(1, round(example.sample / dt))
+    return dt, save_every, num_saves * save_every
+
+
+def compile_simulation(lagrangian, q0, omega0, params, *, dt, num_steps, integrator, save_every):
+    """`simulate` compiled ahead of time (so that compiling and running are timed apart), with
+    the float params traced and the others (ints, strings) static; the initial state is checked
+    here, since `simulate` skips its eager checks for traced input.
+
+    **Returns:** `(run, compile_seconds)`; `run()` returns a `Solution`.
+    """
+    s2.check_initial_state(q0, omega0)
+    q0, omega0 = jnp.asarray(q0), jnp.asarray(omega0)
+    params = jax.tree_util.tree_map(
+        lambda leaf: jnp.asarray(leaf) if isinstance(leaf, (float, np.floating, np.ndarray)) else leaf, params
+    )
+    dynamic, static = eqx.partition(params, eqx.is_array)
+
+    def solve(q0, omega0, dynamic):
+        return s2.simulate(
+            lagrangian, q0, omega0, eqx.combine(dynamic, static), dt=dt, num_steps=num_steps,
+            integrator=integrator, save_every=save_every,
+        )
+
+    start = time.perf_counter()
+    compiled = jit(solve).lower(q0, omega0, dynamic).compile()
+    compile_seconds = time.perf_counter() - start
+    return (lambda: compiled(q0, omega0, dynamic)), compile_seconds
 
 
 def _repeats(seconds):
@@ -46,8 +131,8 @@ def example_times(horizon_scale):
         q0, omega0 = example.model.paper_state()
         params = example.model.paper_params()
         runs = {}
-        for run in example.runs:
-            dt, save_every, num_steps = step_grid(example, run, horizon_scale)
+        for label, integrator, run_dt in example.runs:
+            dt, save_every, num_steps = step_grid(example, run_dt, horizon_scale)
             go, compile_seconds = compile_simulation(
                 example.model.lagrangian,
                 q0,
@@ -55,7 +140,7 @@ def example_times(horizon_scale):
                 params,
                 dt=dt,
                 num_steps=num_steps,
-                integrator=run.integrator,
+                integrator=integrator,
                 save_every=save_every,
             )
             start = time.perf_counter()
@@ -63,8 +148,8 @@ def example_times(horizon_scale):
             first = time.perf_counter() - start
             repeats = _repeats(first)
             median, times = median_time(go, repeats=repeats)
-            runs[run.label] = {
-                "integrator": repr(run.integrator),
+            runs[label] = {
+                "integrator": repr(integrator),
                 "dt": dt,
                 "num_steps": num_steps,
                 "compile_s": compile_seconds,
@@ -73,7 +158,7 @@ def example_times(horizon_scale):
                 "repeats": repeats,
             }
             print(
-                f"Example {number} {run.label:22s} compile {compile_seconds:7.2f} s   "
+                f"Example {number} {label:22s} compile {compile_seconds:7.2f} s   "
                 f"run {median:8.3f} s (median of {repeats})",
                 flush=True,
             )

@@ -3,8 +3,8 @@
     python benchmarks/step_speed.py [--quick] [--chains 1,2,4,...]
 
 1. Double spherical pendulum (002 Example 1, h = 0.01): a hand-written RK4 whose 2-body
-   solve of (2.11) is written in closed form (a Schur complement on body 2 with the 3 × 3
-   inverse as cross products, the 3 × 3 products elementwise) in a `lax.scan` — the fastest
+   solve of (2.11) is written in closed form (a Schur complement on body 2 solved by Cramer's
+   rule as cross products, the 3 × 3 products elementwise) in a `lax.scan` — the fastest
    fair form of the baseline, compiled with the same XLA options — against s2jax's
    `RungeKutta4` and `VariationalIntegrator`, both through `simulate`; and the order-4
    composition `Composition(VariationalIntegrator(), order=4)` at the same h, in VI steps, and
@@ -38,11 +38,32 @@ import numpy as np  # noqa: E402
 from _common import interleaved_medians, jit, median_time, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
-from s2jax._block_elimination import inverse_3x3, matmul_3x3, matvec_3x3  # noqa: E402
-from s2jax._form_check import check_lagrangian_form  # noqa: E402
 from s2jax.models import chain_pendulum, double_spherical_pendulum, lennard_jones_on_sphere  # noqa: E402
 
 REPEATS = 11  # interleaved runs per timing (medians)
+
+
+# The baseline's 3 × 3 algebra, written out elementwise: XLA fuses these into the step, where `@`
+# or `jnp.linalg` on such tiny matrices would each be a kernel of its own (1.3× slower per step on
+# CPU, measured with `@`).
+
+
+def _product_3x3(a, b):
+    """a b for 3 × 3 matrices: entry (i, k) = Σ_j a_ij b_jk, as a broadcast product and a sum."""
+    return (a[:, :, None] * b[None, :, :]).sum(axis=1)
+
+
+def _apply_3x3(a, x):
+    """a x for a 3 × 3 matrix a and a 3-vector x."""
+    return (a * x[None, :]).sum(axis=1)
+
+
+def _solve_3x3(a, b):
+    """x with a x = b by Cramer's rule: with rows r0, r1, r2 of a, a⁻¹ = [r1 × r2, r2 × r0,
+    r0 × r1] / det a by columns, so x = (b0 r1 × r2 + b1 r2 × r0 + b2 r0 × r1) / (r0 · r1 × r2)."""
+    r0, r1, r2 = a[0], a[1], a[2]
+    c0 = jnp.cross(r1, r2)
+    return (b[0] * c0 + b[1] * jnp.cross(r2, r0) + b[2] * jnp.cross(r0, r1)) / jnp.dot(r0, c0)
 
 
 def hand_written_rk4(num_steps, dt=0.01):
@@ -68,11 +89,10 @@ def hand_written_rk4(num_steps, dt=0.01):
         # A = [[m11 I, −m12 q̂1 q̂2], [−m12 q̂2 q̂1, m22 I]]: eliminate ω1, solve for ω2.
         c12 = cross_matrix((q1, q2))
         c21 = cross_matrix((q2, q1))
-        # 3 × 3 products as elementwise operations (`matmul_3x3`), which XLA fuses; `@` makes
-        # each a dot kernel of its own, 1.3× slower per step on CPU (measured).
-        schur = m22 * jnp.eye(3) - (m12 * m12 / m11) * matmul_3x3(c21, c12)
-        w2 = matvec_3x3(inverse_3x3(schur), rhs2 + (m12 / m11) * matvec_3x3(c21, rhs1))
-        w1 = (rhs1 + m12 * matvec_3x3(c12, w2)) / m11
+        # 3 × 3 algebra as elementwise operations, which XLA fuses (`_product_3x3`).
+        schur = m22 * jnp.eye(3) - (m12 * m12 / m11) * _product_3x3(c21, c12)
+        w2 = _solve_3x3(schur, rhs2 + (m12 / m11) * _apply_3x3(c21, rhs1))
+        w1 = (rhs1 + m12 * _apply_3x3(c12, w2)) / m11
         return jnp.cross(w, q), jnp.stack([w1, w2])
 
     def step(y, _):
@@ -233,7 +253,7 @@ def lennard_jones(num_steps):
     params = model.paper_params()
     q0, w0 = model.paper_state()
     start = time.perf_counter()
-    check_lagrangian_form(model.lagrangian, jnp.asarray(q0), jnp.asarray(w0), params)
+    s2.check_lagrangian_form(model.lagrangian, jnp.asarray(q0), jnp.asarray(w0), params)
     check_seconds = time.perf_counter() - start
 
     def run():

@@ -73,8 +73,9 @@ def newton_root(
     default path used until 2026-11) the name is not seen, and the iterations ran again
     (a `CheckpointedAdjoint` gradient of 2000 steps of the `GeneralVariationalIntegrator` on
     the ellipsoid pendulum took 13.9 → 9.5 ms on a 2-core Intel Xeon, with the forward pass
-    unchanged). `benchmarks/gradients.py` compares the default path with optimistix's Newton +
-    `ImplicitAdjoint` on one dense solve of (3.16): 85–141 µs against 31–38 µs over its runs, a
+    unchanged). On one dense solve of (3.16) the default path took 85–141 µs against 31–38 µs for
+    optimistix's Newton + `ImplicitAdjoint` (`benchmarks/gradients.py` up to 3f353aa; it now
+    times a Newton of the same form written in the benchmark, on the public API only), a
     per-call overhead that made no difference measured inside simulations.
 
     **Returns:** `(x, num_steps, converged)`.

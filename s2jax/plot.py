@@ -5,17 +5,40 @@ against time and the kinetic energy of molecules over the sphere.
 `sphere_paths` and `animate` draw on `matplotlib.figure.Figure`s of their own (no pyplot
 state); the figures of `python -m s2jax reproduce` use pyplot (the command line selects the Agg
 backend; importing this module leaves the backend alone, so figures show inline in notebooks).
+
+matplotlib and Pillow are optional dependencies (the `plot` extra, `pip install 's2jax[plot]'`),
+imported when a figure is first drawn: this module imports without them, and its functions
+then raise an ImportError that names the extra.
 """
 
-import matplotlib
-import matplotlib.figure
-import matplotlib.patches
-import matplotlib.pyplot as plt
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
+from __future__ import annotations
 
-from .io import atomic_write  # noqa: E402
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .io import atomic_write
+
+if TYPE_CHECKING:
+    import matplotlib.figure
+
+
+def _matplotlib(function: str):
+    """matplotlib, with the submodules this module draws with, imported on first use; or an
+    ImportError that names the `plot` extra (`function`: the public function that needs it)."""
+    try:
+        import matplotlib.cm
+        import matplotlib.colors
+        import matplotlib.figure
+        import matplotlib.patches
+        import matplotlib.pyplot
+    except ImportError as error:
+        package = "Pillow" if (error.name or "").startswith("PIL") else "matplotlib"
+        kind = ModuleNotFoundError if isinstance(error, ModuleNotFoundError) else ImportError
+        raise kind(
+            f"s2jax.plot.{function} needs {package}: pip install 's2jax[plot]'", name=error.name
+        ) from error
+    return matplotlib
 
 
 def plot_energy_and_unit_length(runs, path, title, styles=None):
@@ -35,6 +58,7 @@ def plot_energy_and_unit_length(runs, path, title, styles=None):
     - `styles`: optional dict name → matplotlib line keywords (colour, line style, marker);
       runs without one get a line style of their own.
     """
+    plt = _matplotlib("plot_energy_and_unit_length").pyplot
     fig, axes = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     default = ["-", ":", "--", "-."]
     windows = set()
@@ -78,6 +102,10 @@ def plot_sphere_faces(
     - `view`: (elevation, azimuth) of the camera, in degrees.
     - `missing`: what a grey (NaN) face means, for the legend.
     """
+    matplotlib = _matplotlib("plot_sphere_faces")
+    from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # ships with matplotlib
+
+    plt = matplotlib.pyplot
     values = np.asarray(values)
     columns = min(3, len(times))
     rows = -(-len(times) // columns)
@@ -164,6 +192,8 @@ def _vertex_neighbours(faces):
 
 def _save(fig, path, dpi):
     """Write `fig` as a PNG atomically (see `s2jax.io.atomic_write`) and close it."""
+    import matplotlib.pyplot as plt  # loaded already: only the plot functions call this
+
     try:
         with atomic_write(path) as file:
             fig.savefig(file, format="png", dpi=dpi)
@@ -194,6 +224,8 @@ def _unit_sphere(ax, alpha=0.08):
 
 
 def _figure_and_axis(ax, figsize):
+    import matplotlib.figure  # loaded already by `sphere_paths`'s `_matplotlib`
+
     if ax is None:
         fig = matplotlib.figure.Figure(figsize=figsize)
         return fig, fig.add_subplot(projection="3d")
@@ -219,6 +251,7 @@ def sphere_paths(q, *, ax=None, bodies=None, colors=None, title=None) -> matplot
     **Returns:** the `matplotlib.figure.Figure` (in Jupyter it shows itself; else
     `fig.savefig("paths.png")`).
     """
+    _matplotlib("sphere_paths")
     q = _check_paths(q)
     n = q.shape[1]
     bodies = list(range(n)) if bodies is None else [int(i) for i in bodies]
@@ -300,7 +333,13 @@ def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, 
 
     **Returns:** `path`.
     """
-    from PIL import Image
+    matplotlib = _matplotlib("animate")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    try:
+        from PIL import Image
+    except ImportError as error:
+        raise ModuleNotFoundError("s2jax.plot.animate needs Pillow: pip install 's2jax[plot]'", name="PIL") from error
 
     q = _check_paths(q)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:

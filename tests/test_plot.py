@@ -1,5 +1,6 @@
 """s2jax.plot: paths on the sphere in 3-D and GIF animations (read back with Pillow)."""
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from PIL import Image
@@ -81,7 +82,7 @@ def drawn(monkeypatch):
     monkeypatch.setattr(plot, "_save", lambda fig, path, dpi: figures.append(fig))
     yield figures
     for fig in figures:
-        plot.plt.close(fig)
+        plt.close(fig)
 
 
 def test_round_off_unit_length_errors_draw_without_gaps(drawn):

@@ -23,3 +23,27 @@ from .variational import (
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
     VariationalIntegrator as VariationalIntegrator,
 )
+
+REGISTRY = (
+    VariationalIntegrator(),
+    ExplicitVariationalIntegrator(),
+    Rattle(),
+    StormerVerlet(),
+    DiscreteHamelIntegrator(),
+    Composition(VariationalIntegrator(), order=4),
+    Composition(Rattle(), order=6, method="kahan_li"),
+    GeneralVariationalIntegrator(),
+    HamiltonianRattle(),
+    RungeKutta2(),
+    RungeKutta2WithReprojection(),
+    RungeKutta4(),
+    LieEuler(),
+    LieEulerHeun(),
+    RKMK3(),
+    RKMK4(),
+    CommutatorFreeRK4(),
+    AdaptiveRungeKutta45(),
+)
+"""Every integrator of s2jax, one instance each: what the integrator contract test
+(tests/test_integrator_contract.py) and the docs' composition table run over. A new integrator
+is its own file and one line here; its `system_type` decides where it runs."""

@@ -3,17 +3,31 @@
 002 compares its variational integrator with 'a 4(5)-th order variable step size Runge–Kutta
 method' (MATLAB's ode45). That method has no fixed step, so `simulate` calls `solve` once for
 the whole horizon and reads the solution at the save times from its dense output.
+
+diffrax is an optional dependency (the `baselines` extra), imported when `solve` first runs:
+`import s2jax` and constructing `AdaptiveRungeKutta45` work without it.
 """
 
 from typing import ClassVar
 
-import diffrax
 import jax
 import jax.numpy as jnp
 
 from .._results import RESULTS
 from .._system import AbstractSystem
 from .base import AbstractAdaptiveIntegrator, check_finite
+
+
+def _diffrax():
+    """diffrax, or an ImportError that says which extra installs it."""
+    try:
+        import diffrax
+    except ImportError as error:
+        kind = ModuleNotFoundError if isinstance(error, ModuleNotFoundError) else ImportError
+        raise kind(
+            "AdaptiveRungeKutta45 needs diffrax: pip install 's2jax[baselines]'", name=error.name
+        ) from error
+    return diffrax
 
 
 def _max_norm(tree):
@@ -31,6 +45,8 @@ class AdaptiveRungeKutta45(AbstractAdaptiveIntegrator):
 
     If the solve stops early (too many steps, a step size underflow, a non-finite state), the
     save times it did not reach repeat the last state it reached, as a failed fixed step does.
+
+    Runs on diffrax, an optional dependency: `pip install 's2jax[baselines]'`.
     """
 
     rtol: float = 1e-3
@@ -44,6 +60,8 @@ class AdaptiveRungeKutta45(AbstractAdaptiveIntegrator):
     velocity_dependent_forces: ClassVar[bool] = True
 
     def solve(self, system, ts, y0, args):
+        diffrax = _diffrax()
+
         def vector_field(t, y, _):
             return system.vector_field(t, *y, args)
 

@@ -6,12 +6,13 @@ python -m s2jax control [example …|all] [--out DIR]   (trajectory optimisation
 """
 
 import argparse
+import importlib.util
 import pathlib
 import sys
 
 import jax
-import matplotlib
 
+from .. import AdaptiveRungeKutta45
 from . import control_examples
 from .reproduce import EXAMPLES, reproduce
 
@@ -29,13 +30,28 @@ def _examples(words, examples=EXAMPLES):
     return numbers
 
 
+def _missing_extras(command, numbers) -> str | None:
+    """What `command` needs of the optional dependencies and this Python lacks, with the pip
+    command that installs it; None if nothing is missing. Every command writes figures
+    (matplotlib, Pillow: the `plot` extra); the examples with an RK45 baseline need diffrax
+    (the `baselines` extra)."""
+    needs = {"matplotlib": "plot", "PIL": "plot"}
+    runs = [run for number in numbers for run in EXAMPLES[number].runs] if command == "reproduce" else []
+    if any(isinstance(run.integrator, AdaptiveRungeKutta45) for run in runs):
+        needs["diffrax"] = "baselines"
+    missing = [module for module in needs if importlib.util.find_spec(module) is None]
+    if not missing:
+        return None
+    names = " and ".join("Pillow" if module == "PIL" else module for module in missing)
+    extras = ",".join(dict.fromkeys(needs[module] for module in missing))
+    return f"needs {names}: pip install 's2jax[{extras}]'"
+
+
 def main(argv=None) -> int:
     """Parse `argv` (default: `sys.argv[1:]`) and run the command; return the exit status."""
     # The paper's examples run in float64; set here, not on import, so that importing the
     # apps leaves JAX's configuration alone.
     jax.config.update("jax_enable_x64", True)
-    # Figures are written to files, never shown: no display needed.
-    matplotlib.use("Agg")
     parser = argparse.ArgumentParser(
         prog="python -m s2jax",
         description=__doc__,
@@ -71,6 +87,17 @@ def main(argv=None) -> int:
             parser.error(str(error))
         if args.command == "reproduce" and not args.horizon_scale > 0:
             parser.error(f"--horizon-scale must be positive; got {args.horizon_scale}")
+    else:
+        numbers = [1]  # double-pendulum
+    command = "reproduce" if args.command == "double-pendulum" else args.command
+    missing = _missing_extras(command, numbers)
+    if missing is not None:
+        print(f"python -m s2jax {args.command} {missing}", file=sys.stderr)
+        return 1
+    import matplotlib
+
+    # Figures are written to files, never shown: no display needed.
+    matplotlib.use("Agg")
     try:
         if args.command == "reproduce":
             reproduce(numbers, args.out, args.horizon_scale)

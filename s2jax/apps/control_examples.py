@@ -12,14 +12,10 @@ import pathlib
 import time
 
 import jax
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .. import control, energy, io  # noqa: E402
-from ..control import examples  # noqa: E402
+from .. import control, energy, io
+from ..control import examples
 
 EXAMPLES = {
     1: ("swing-up of a spherical pendulum", examples.spherical_pendulum_swing_up),
@@ -30,6 +26,15 @@ EXAMPLES = {
 
 def plot(problem, solution, title, path):
     """Controls and energy against time, and each body's path on the unit sphere (3-D)."""
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ModuleNotFoundError(
+            "the control examples' figures need matplotlib: pip install 's2jax[plot]'", name=error.name
+        ) from error
+    matplotlib.use("Agg")  # written to files, never shown
+    import matplotlib.pyplot as plt
+
     fig = plt.figure(figsize=(13, 4))
     t = np.asarray(solution.t)
     ax = fig.add_subplot(1, 3, 1)
