@@ -1,13 +1,11 @@
 """s2jax: differentiable variational integrators for mechanical systems on (S²)ⁿ.
 
 On import, s2jax adds `xla_cpu_small_while_loop_byte_threshold=8388608` to the
-`--xla_backend_extra_options` of the environment variable `XLA_FLAGS` (unless the option is set
-already; if a JAX backend has started, too late, it only warns), so that XLA's CPU compiler runs a
-simulation's loop as one compiled function instead of dispatching each operation: up to 4x faster
-steps on CPU, nothing else changes (measurements in `s2jax._jit`). Set `S2JAX_KEEP_XLA_FLAGS=1`
-before the import to leave `XLA_FLAGS` alone.
-
-Optional extras: `pip install 's2jax[plot]'` (matplotlib, Pillow) for `s2jax.plot` and
+`--xla_backend_extra_options` of the environment variable `XLA_FLAGS` (unless the option is set already;
+if a JAX backend has started, too late, it only warns), so that XLA's CPU compiler runs a simulation's
+loop as one compiled function instead of dispatching each operation: faster steps on CPU, nothing else
+changes (measured: see docs/performance.md). Set `S2JAX_KEEP_XLA_FLAGS=1` before the import to leave
+`XLA_FLAGS` alone. Extras: `pip install 's2jax[plot]'` (matplotlib, Pillow) for `s2jax.plot` and
 `python -m s2jax`; `pip install 's2jax[baselines]'` (diffrax) for `AdaptiveRungeKutta45`.
 """
 

@@ -1,23 +1,11 @@
 """How `simulate` is differentiated: the loop over steps, with four ways to store it.
 
-Every adjoint runs the same forward loop, `_simulate.Loop`: `save_every` steps between saved
-states, a failed step freezing the state. They differ only in what reverse mode keeps:
-
-- `DirectAdjoint`: every step's intermediate values (plain `jax.grad` of `lax.scan`); memory
-  ∝ number of steps × the step's intermediates. The one for forward mode.
-- `CheckpointedAdjoint`: `jax.checkpoint` over blocks of steps; the backward pass recomputes
-  one block at a time. Memory ∝ number of blocks + block size.
-- `StepwiseAdjoint`: the state before each step, nothing of a step's inside; the backward
-  pass differentiates one step at a time. Memory ∝ number of steps × state size.
-- `ReversibleAdjoint`: nothing per step. The variational integrators are symmetric, so a step
-  with −h undoes a step with h (to the Newton tolerance); the backward pass recomputes
-  (q_k, ω_k) by stepping backwards from the final state. Memory independent of the number of
-  steps.
-
-Forward mode (`jax.jvp`, `jax.jacfwd`) goes through the loop directly with `DirectAdjoint` and
-`CheckpointedAdjoint`; `StepwiseAdjoint` and `ReversibleAdjoint` are `jax.custom_vjp`s, reverse
-mode only (JAX then raises a TypeError).
+Every adjoint runs the same forward loop, `_loop.Loop`, and differs only in what reverse mode keeps:
+`DirectAdjoint` every step's intermediates, `CheckpointedAdjoint` the states between blocks of steps,
+`StepwiseAdjoint` the state before each step, `ReversibleAdjoint` nothing per step (a symmetric
+integrator's step with −h undoes the step with h). Forward mode goes through the first two only.
 Derivatives of each implicit step come from the implicit function theorem (`_newton.py`).
+What each stores and when to use it: docs/api/adjoints.md; timings: docs/performance.md.
 """
 
 import abc
@@ -92,11 +80,8 @@ class CheckpointedAdjoint(AbstractAdjoint):
     `jax.checkpoint_policies.save_only_these_names(newton.NEWTON_ROOT)`), so the second forward
     pass skips the iterations: it evaluates each step at its known root, which is all that the
     implicit-function derivative needs. The gradient is then taken at exactly the roots of the
-    forward pass (recomputed iterations agree with them only to the Newton tolerance). Measured
-    on a 2-core Intel Xeon: 10⁴ steps of 002 Example 1, 4.1–4.25× → 3.5–3.7× the forward pass
-    (`benchmarks/gradients.py`, two runs); in one process with the other paths, 7.8 → 6.6 ms,
-    VI-8KL (400 steps of h = 0.25) 6.4 → 5.4 ms, a 16-link chain 40 → 30 ms, a dense 3-link
-    chain 10.7 → 7.8 ms, with damping (two solves a step) 8.3 → 7.8 ms. The price is memory
+    forward pass (recomputed iterations agree with them only to the Newton tolerance). It is
+    faster (measured: see docs/performance.md, "Keeping the Newton roots"). The price is memory
     growing with the number of steps again, by one root per solve (for two bodies 4 floats, an
     int and a flag a step: 0.52 MB at 10⁴ steps, against 0.19 MB without, and 15.5 MB for
     `DirectAdjoint`; 3n floats for n bodies on the other paths). `save_roots=False` for runs so
@@ -126,16 +111,10 @@ def default_adjoint(num_steps: int) -> AbstractAdjoint:
     """The adjoint `simulate` uses when none is given: `DirectAdjoint()` for fewer than
     `CHECKPOINT_FROM_STEPS` (500) steps, `CheckpointedAdjoint()` from there on.
 
-    Where the two cross, measured on a 2-core Intel Xeon (`benchmarks/adjoint_crossover.py`:
-    the double pendulum, a 4-link chain pendulum and VI-8KL, 30 to 4000 steps): up to 300 steps
-    they are level (checkpointed / direct 0.88–1.06, within the noise of a run this short);
-    from 1000 steps on `CheckpointedAdjoint` is faster, 0.66–0.85 of `DirectAdjoint`'s time at
-    1000–4000 steps, 0.43–0.64 for VI-8KL, whose 17 sub-steps a step give `DirectAdjoint` the
-    most intermediates to store (at 10⁴ steps of the double pendulum 15.5 MB, out of cache;
-    `CheckpointedAdjoint` keeps √N states and the Newton roots, 0.52 MB). The crossover was
-    at 2000 steps before `CheckpointedAdjoint` kept the roots (its second forward pass then
-    iterated again; 2026-11-24 sweep on the same CPU). Forward mode is unaffected by the choice:
-    both differentiate the loop directly.
+    The two are level up to a few hundred steps and `CheckpointedAdjoint` is faster beyond, where
+    `DirectAdjoint`'s stored intermediates leave the caches (measured: see docs/performance.md,
+    "Keeping the Newton roots"). Forward mode is unaffected by the choice: both differentiate the
+    loop directly.
     """
     return CheckpointedAdjoint() if num_steps >= CHECKPOINT_FROM_STEPS else DirectAdjoint()
 
@@ -148,11 +127,8 @@ class StepwiseAdjoint(AbstractAdjoint):
     step in turn, recomputing that step from its stored state (with the implicit-function
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
     bodies about 15n floats per step with the `VariationalIntegrator`: 2.5 MB for 10⁴ steps of
-    the double pendulum, against 15.5 MB for `DirectAdjoint`). Time, measured on 002 Example 1
-    over 10⁴ steps (`benchmarks/gradients.py`, recent runs on two 2-core CPUs): 4.2–7.8× the
-    forward pass, against 3.4–3.8× for `CheckpointedAdjoint`, 3.6–7.1× for `DirectAdjoint` and
-    4.4–6.6× for `ReversibleAdjoint` (the forward pass takes lazy steps, the backward pass full
-    ones, with the solve for ω; the docs' Adjoints page has them per CPU).
+    the double pendulum, against 15.5 MB for `DirectAdjoint`). Time: measured, see
+    docs/performance.md (the forward pass takes lazy steps, the backward pass full ones).
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step
     integrator, forces that depend on ω and feedback policies, and is exact on chaotic

@@ -1,14 +1,10 @@
 """Solving 3n × 3n linear systems made of 3 × 3 blocks by block Gaussian elimination.
 
 The operators of (2.11), (3.13) and the Jacobian of (3.16) in Lee–Leok–McClamroch 2009 are
-n × n arrays of 3 × 3 blocks. For the small n of most models, eliminating block by block
-with 3 × 3 inverses written as cross products (elementwise operations that XLA fuses) is
-several times faster on CPU than one LAPACK call per solve. For larger n the dense solve
-wins, and is used.
-
-The 3 × 3 products are written as broadcast multiplications and sums, not `@`: XLA on CPU
-emits a separate dot kernel per `@` of such tiny matrices, but fuses elementwise work, which
-made the double pendulum's step ~1.5× faster.
+n × n arrays of 3 × 3 blocks. For the small n of most models they are eliminated block by block,
+with 3 × 3 inverses written as cross products and 3 × 3 products as broadcast multiplications and
+sums, not `@`: elementwise operations that XLA fuses. For larger n (beyond `MAX_UNROLLED_BODIES`)
+the dense solve wins, and is used. Why, and the timings: docs/performance.md ("Small solves").
 """
 
 from collections.abc import Callable
@@ -20,9 +16,8 @@ from ._custom_types import Array, Float
 
 # Beyond this many bodies the unrolled elimination (O(n²) traced 3 × 3 operations, O(n³) flops)
 # costs more to compile and run than one dense LU. With XLA's CPU loops compiled whole (`_jit`)
-# a loop around a large unrolled elimination compiles slowly: 002 Example 4 (a dense M of 10
-# bodies, 30 000 VI steps) took 50 s to compile and 0.34 s to run with it, 1.9 s and 0.89 s
-# with the LU (whose LAPACK call keeps the loop dispatched op by op), 7.5 s and 1.6 s before.
+# a loop around a large unrolled elimination compiles slowly (measured: see docs/performance.md,
+# "Small solves").
 MAX_UNROLLED_BODIES = 8
 
 

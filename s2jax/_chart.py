@@ -5,10 +5,8 @@ a, b ∈ ℝ² give δq = a₁e₁ + a₂e₂, δω = b₁e₁ + b₂e₂, F = c
 
     (q, ω) = (F q̄, F(ω̄ + δω)).
 
-Every coordinate maps exactly onto T(S²)ⁿ (F is a rotation, so F q̄ · F(ω̄ + δω) = 0), so an
-optimiser works on unconstrained numbers; and the chart has no redundant directions (4 per
-body), so the Jacobians of least-squares problems in it have full rank. Parameter fitting
-(`s2jax.fit`) and trajectory optimisation use it for the unknown states of multiple shooting.
+Parameter fitting (`s2jax.fit`) and trajectory optimisation use it for the unknown states of
+multiple shooting; why this chart: docs/api/fit.md.
 """
 
 import jax.numpy as jnp

@@ -1,19 +1,11 @@
 """The discrete Euler–Lagrange equations of the trapezoidal discrete Lagrangian, by autodiff.
 
-For any Lagrangian L(q, q̇) on (S²)ⁿ, the trapezoidal rule
-
-    L_d(q_k, q_{k+1}) = h/2 [L(q_k, Δ/h) + L(q_{k+1}, Δ/h)],  Δ = q_{k+1} − q_k,
-
-reproduces (3.1) of Lee–Leok–McClamroch 2009 exactly when L has the form (2.2). The discrete
-Legendre maps of §3.2 are
-
-    p_k = −P_k D₁L_d(q_k, q_{k+1}),   p_{k+1} = P_{k+1} D₂L_d(q_k, q_{k+1}),
-
-with P_k the projection onto the tangent spaces at q_k (the argument before (3.8)). Solving
-the first for q_{k+1} = cay(f) q_k and evaluating the second is one step of the
-variational integrator in position–momentum form, for any L (including the
-configuration-dependent inertia of Lee–Leok–McClamroch 2015). `VariationalIntegrator` is the
-fast, structured special case of this map for (2.2); the two agree to round-off.
+For any L(q, q̇) on (S²)ⁿ, L_d(q_k, q_{k+1}) = h/2 [L(q_k, Δ/h) + L(q_{k+1}, Δ/h)], Δ = q_{k+1} − q_k,
+which is (3.1) of Lee–Leok–McClamroch 2009 when L has the form (2.2). Solving the discrete Legendre
+map (§3.2) p_k = −P_k D₁L_d(q_k, q_{k+1}) for q_{k+1} = cay(f) q_k and evaluating
+p_{k+1} = P_{k+1} D₂L_d(q_k, q_{k+1}) is one step of the variational integrator in position–momentum
+form, for any L. `VariationalIntegrator` is the fast, structured special case of this map for (2.2);
+the two agree to round-off. Derivation: docs/integrators/general.md.
 """
 
 import jax

@@ -1,33 +1,12 @@
 """How s2jax compiles its entry points: `equinox.filter_jit` with XLA options that suit it.
 
-The arrays of s2jax are small and shaped (…, n, 3): per body one ℝ³ vector, under `jax.vmap` a
-batch axis in front. XLA's CPU backend (jaxlib ≥ 0.8) hands elementwise fusions to YNNPACK,
-which on such shapes is several times slower than XLA's own fused loops: measured on a 2-core
-AMD EPYC with jaxlib 0.10.2, a batch of 1024 double pendula runs `RungeKutta4` at 3.5 against
-0.97 million system-steps per second and `VariationalIntegrator` at 2.2 against 0.57
-(`benchmarks/batch_throughput.py`). The option is a per-compilation one, so it changes nothing
-else in the user's program.
-
-Where a user wraps s2jax in a `jax.jit` of their own (a loss, a training step), that outer
-compilation decides: pass it `compiler_options=s2jax.compiler_options()` for the same effect.
-
-One more setting cannot be passed per compilation. XLA's CPU compiler runs a `while` loop (every
-`lax.scan`, `lax.while_loop`) as one compiled function only if its cost analysis counts fewer
-than 1024 bytes accessed (`SmallWhileLoopHoistingPass`, backend option
-`xla_cpu_small_while_loop_byte_threshold`); otherwise it dispatches every operation of the body
-separately, at a fixed cost per operation and trip that dwarfs the arithmetic of a step of a few
-bodies. The loops of s2jax count more than 1 kB and gain from running whole: on the 2-core
-CPU, the double pendulum's VI step went from 1.41 to 0.36 µs, a 64-link chain's from 47 to
-19 µs. Not every loop gains: the 642 Lennard-Jones molecules of 002 Example 6 (O(n²) pair
-forces per step) ran 1000 steps in 3.1 s compiled whole, against 0.8 s dispatched (the
-dispatcher spreads large fusions over the cores); their loop counts between 32 and 64 MiB. So
-`LOOP_BYTES` is 8 MiB: chains to 256 links compile whole, Example 6 does not.
-
-The option exists only as an XLA flag, read once when JAX starts its backends, so
-`configure_xla_flags` adds it to the environment variable `XLA_FLAGS` when s2jax is imported,
-if no JAX backend has started yet (import s2jax before running JAX code) and the user has not
-set it. It changes nothing but speed, and only on CPU; set `S2JAX_KEEP_XLA_FLAGS=1` to leave
-`XLA_FLAGS` alone.
+`compiler_options()` turns off the YNNPACK elementwise fusions of XLA's CPU backend (jaxlib ≥ 0.8), which
+are several times slower on the small (…, n, 3) arrays of s2jax; a per-compilation option, so it changes
+nothing else in the user's program (inside a `jax.jit` of their own, they pass it there).
+`configure_xla_flags` adds XLA CPU's small-loop threshold `LOOP_BYTES` (8 MiB), an XLA flag only, to
+`XLA_FLAGS` at import, so that s2jax's loops run as one compiled function: speed only, CPU only;
+`S2JAX_KEEP_XLA_FLAGS=1` leaves `XLA_FLAGS` alone. Why 8 MiB, the XLA pass behind it and the
+measurements: docs/performance.md, "How s2jax compiles on CPU".
 """
 
 import functools
@@ -47,7 +26,7 @@ _trace_state_clean = getattr(jax_core, "trace_state_clean", None)
 
 
 LOOP_BYTES_OPTION = "xla_cpu_small_while_loop_byte_threshold"
-LOOP_BYTES = 1 << 23  # 8 MiB: see the module docstring
+LOOP_BYTES = 1 << 23  # 8 MiB: why, see docs/performance.md ("How s2jax compiles on CPU")
 _EXTRA_FLAG = "--xla_backend_extra_options="
 
 

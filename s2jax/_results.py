@@ -55,7 +55,11 @@ def _names(values) -> np.ndarray:
 
 def _results_repr(item) -> str:
     """`RESULTS.successful` for one code; `RESULTS[successful, newton_failed]` for a batch of
-    codes (e.g. under `jax.vmap`); `RESULTS<traced>` inside a traced computation."""
+    codes (e.g. under `jax.vmap`); `RESULTS<traced>` inside a traced computation.
+
+    `repr(Solution)` shows its `result` this way. A bare `repr(item)` stays equinox's own
+    (`s2jax._results.RESULTS<message>`): the item class is shared by every `eqx.Enumeration`,
+    so s2jax leaves its `__repr__` alone."""
     value = item._value
     if isinstance(value, jax.core.Tracer):
         return "RESULTS<traced>"
@@ -66,19 +70,3 @@ def _results_repr(item) -> str:
         return f"RESULTS.{names.item()}"
     body = np.array2string(names, separator=", ", formatter={"all": str}, threshold=20)
     return f"RESULTS{body}"
-
-
-_Item = type(RESULTS.successful)  # equinox's EnumerationItem
-_equinox_repr = _Item.__repr__
-
-
-def _repr(self) -> str:
-    # Only RESULTS items are reprinted; items of other enumerations (optimistix's, …) keep
-    # equinox's `module.NAME<message>`. The item class is shared by every eqx.Enumeration and
-    # `RESULTS.where` builds plain items, so the hook has to live on the shared class.
-    if self._enumeration is RESULTS:
-        return _results_repr(self)
-    return _equinox_repr(self)
-
-
-_Item.__repr__ = _repr

@@ -6,14 +6,17 @@ import jax
 import numpy as np
 
 from ._diagnostics import energy, tangency_error, unit_length_error
-from ._results import _names
+from ._results import RESULTS, _names, _results_repr
 
 # A batch prints one line per member up to this many; beyond, the first ones and a count.
 _MAX_MEMBER_LINES = 10
 
 
 def _short(value) -> str:
-    """An array as `f64[1001,2,3]` (its values only when it has at most 8); others by repr."""
+    """An array as `f64[1001,2,3]` (its values only when it has at most 8), a result code as
+    `RESULTS.successful` (`_results_repr`); others by repr."""
+    if isinstance(value, RESULTS):
+        return _results_repr(value)
     if isinstance(value, jax.core.Tracer):
         return f"traced {value.aval.str_short()}"
     if isinstance(value, (np.ndarray, jax.Array)):

@@ -3,20 +3,10 @@ coordinates: four unknowns and no products in ℝ³ inside the iterations.
 
 The step's unknowns are the tangential displacements t_i ∈ T_{q_i}S² of D_i = q_{i,k+1} − q_i
 (`variational._displacement_newton`): (3.16) is P_{q_i}(M D)_i = g_i, g_i = −q_i × d_i, with
-D_i = t_i − δ_i q_i and δ_i = 1 − √(1 − |t_i|²) (the rotation of (3.17)). In an orthonormal basis
-e_{i1}, e_{i2} of T_{q_i}S² (`tangent_basis`), t_i = Σ_α x_{iα} e_{iα} and |t_i|² = |x_i|², and the
-equations read, with C_{αβ} = e_{1α}·e_{2β}, c_α = e_{1α}·q_2, c'_β = e_{2β}·q_1 and G_{iα} = e_{iα}·g_i,
-
-    r_1 = M₁₁ x_1 + M₁₂ (C x_2 − δ_2 c) − G_1 = 0,
-    r_2 = M₂₂ x_2 + M₁₂ (Cᵀ x_1 − δ_1 c') − G_2 = 0.
-
-The products in ℝ³ (C, c, c', G, and the guess's coordinates) are taken once per step; each
-Newton iteration is then scalar work on x ∈ ℝ^{2×2}: the Jacobian is
-[[M₁₁ I, M₁₂ B], [M₁₂ B', M₂₂ I]] with B = C − c ∇δ_2ᵀ, B' = Cᵀ − c' ∇δ_1ᵀ, ∇δ_i = x_i/√(1 − |x_i|²),
-solved by the Schur complement S = M₂₂ I − (M₁₂²/M₁₁) B' B, a 2 × 2 matrix inverted in closed form.
-At x = 0 the Jacobian is the mass matrix restricted to the tangent planes (2A(q) of (3.13) in
-coordinates), positive definite, and Newton converges quadratically from the extrapolated guess of
-`VariationalIntegrator`.
+D_i = t_i − δ_i q_i and δ_i = 1 − √(1 − |t_i|²) (the rotation of (3.17)). Written in the coordinates
+x_i ∈ ℝ² of t_i in an orthonormal basis of T_{q_i}S² (`tangent_basis`), each Newton iteration is
+scalar work, the Jacobian solved by a 2 × 2 Schur complement in closed form. The equations, the
+Jacobian and why Newton converges: docs/integrators/variational.md ("Two bodies").
 """
 
 import jax.numpy as jnp
@@ -104,7 +94,7 @@ def two_body_newton(
         return jnp.stack([r1, r2])
 
     def newton_step(x, r):
-        # J⁻¹ r by the Schur complement on body 1 (module docstring), 2 × 2 blocks written out.
+        # J⁻¹ r by the Schur complement on body 1 (docs/integrators/variational.md), 2 × 2 blocks written out.
         _, root = lift(x)
         b12 = cross_basis - c12[:, None] * (x[1] / root[1])[None]
         b21 = cross_basis.T - c21[:, None] * (x[0] / root[0])[None]
@@ -126,6 +116,6 @@ def two_body_newton(
     # left in, the normal part of t enters |q_{k+1}| by an error that need not average out over
     # steps. Projected, t is as tangent as `_displacement_newton`'s (002 Example 1: mean
     # unit-length error 1.2e-15 over 10⁴ steps, 3.5e-15 without the projection; both stay near
-    # 1e-14 over 10⁶ steps; the projection costs about 8 ns of 0.17 µs per step).
+    # 1e-14 over 10⁶ steps; the projection's cost, measured: see docs/performance.md).
     t = t - dot(q, t)[:, None] * q
     return t, dot(t, t)[:, None], converged

@@ -2,13 +2,10 @@
 (`animate`, a GIF); and, in the style of 002 Figs. 3.1–3.7, energy and unit-length errors
 against time and the kinetic energy of molecules over the sphere.
 
-`sphere_paths` and `animate` draw on `matplotlib.figure.Figure`s of their own (no pyplot
-state); the figures of `python -m s2jax reproduce` use pyplot (the command line selects the Agg
-backend; importing this module leaves the backend alone, so figures show inline in notebooks).
-
-matplotlib and Pillow are optional dependencies (the `plot` extra, `pip install 's2jax[plot]'`),
-imported when a figure is first drawn: this module imports without them, and its functions
-then raise an ImportError that names the extra.
+`sphere_paths` and `animate` draw on `matplotlib.figure.Figure`s of their own (no pyplot state);
+importing this module leaves the backend alone. matplotlib and Pillow are optional dependencies (the
+`plot` extra), imported when a figure is first drawn: this module imports without them, and its
+functions then raise an ImportError that names the extra. More: docs/api/plot.md.
 """
 
 from __future__ import annotations

@@ -138,3 +138,11 @@ print([a is b or a == b for a, b in zip(before, after)])
 def test_import_leaves_equinox_module_repr_alone():
     module, _, _ = eval(_run(_REPRS))
     assert module
+
+
+def test_import_leaves_equinox_enumeration_item_repr_alone():
+    # Every eqx.Enumeration (optimistix's, a user's) shares one item class: s2jax names its RESULTS
+    # codes where it prints them itself (`repr(Solution)`, `Solution.summary()`) and leaves that
+    # class's `__repr__`, and so the repr of every item, as equinox made them.
+    _, item_repr, item_text = eval(_run(_REPRS))
+    assert item_repr and item_text

@@ -1,4 +1,4 @@
-"""Readable result codes and solutions: `repr(RESULTS.successful)`, `Solution.summary()`."""
+"""Readable result codes and solutions: `RESULTS.successful` in `repr(Solution)`, `Solution.summary()`."""
 
 import re
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
+from s2jax._results import _results_repr
 
 MASS, LENGTH, GRAVITY = 1.5, 2.0, 9.81
 
@@ -35,21 +36,30 @@ def initial_state():
 
 
 def test_every_code_reads_as_its_name():
-    assert repr(s2.RESULTS.successful) == "RESULTS.successful"
+    assert _results_repr(s2.RESULTS.successful) == "RESULTS.successful"
     for name in s2.RESULTS._name_to_item:
-        assert repr(getattr(s2.RESULTS, name)) == f"RESULTS.{name}"
+        assert _results_repr(getattr(s2.RESULTS, name)) == f"RESULTS.{name}"
     # The message is still what indexing gives.
     assert s2.RESULTS[s2.RESULTS.newton_failed].startswith("Newton's method")
+
+
+def test_bare_repr_of_a_code_is_equinoxs():
+    # s2jax does not patch the item class that every eqx.Enumeration shares: a bare repr is
+    # equinox's `module.RESULTS<message>` (the empty message is success).
+    assert repr(s2.RESULTS.successful) == "s2jax._results.RESULTS<>"
+    message = s2.RESULTS[s2.RESULTS.newton_failed]
+    assert repr(s2.RESULTS.newton_failed) == f"s2jax._results.RESULTS<{message}>"
 
 
 def test_codes_under_vmap_and_jit_read_as_names():
     def code(x):
         return s2.RESULTS.where(x > 0, s2.RESULTS.successful, s2.RESULTS.step_too_large)
 
-    assert repr(jax.vmap(code)(jnp.array([1.0, -1.0, 2.0]))) == "RESULTS[successful, step_too_large, successful]"
-    assert repr(jax.jit(code)(jnp.array(-1.0))) == "RESULTS.step_too_large"
+    batch = jax.vmap(code)(jnp.array([1.0, -1.0, 2.0]))
+    assert _results_repr(batch) == "RESULTS[successful, step_too_large, successful]"
+    assert _results_repr(jax.jit(code)(jnp.array(-1.0))) == "RESULTS.step_too_large"
     seen = []
-    jax.jit(lambda x: seen.append(repr(code(x))) or x)(jnp.array(1.0))
+    jax.jit(lambda x: seen.append(_results_repr(code(x))) or x)(jnp.array(1.0))
     assert seen == ["RESULTS<traced>"]
 
 
@@ -97,7 +107,7 @@ def test_summary_of_a_batch_names_the_failed_member():
         return s2.simulate(pendulum, q0, omega0, PARAMS, dt=dt, num_steps=20, throw=False)
 
     sol = jax.vmap(run)(jnp.array([0.01, 5.0]))
-    codes = repr(sol.result)
+    codes = re.search(r"result=(RESULTS\[[^]]*\])", repr(sol)).group(1)
     assert codes.startswith("RESULTS[successful, ") and "successful]" not in codes
     failed = codes.removeprefix("RESULTS[successful, ").removesuffix("]")
     text = sol.summary()

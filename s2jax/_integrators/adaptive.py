@@ -5,7 +5,8 @@ method' (MATLAB's ode45). That method has no fixed step, so `simulate` calls `so
 the whole horizon and reads the solution at the save times from its dense output.
 
 diffrax is an optional dependency (the `baselines` extra), imported when `solve` first runs:
-`import s2jax` and constructing `AdaptiveRungeKutta45` work without it.
+`import s2jax` and constructing `AdaptiveRungeKutta45` work without it. See
+docs/integrators/runge_kutta.md.
 """
 
 from typing import ClassVar

@@ -1,5 +1,8 @@
 """Higher order by symmetric composition (002 §3.4): Yoshida's triple jump, and Kahan and Li's
-compositions with smaller error constants."""
+compositions with smaller error constants.
+
+The weights and which base method to take: docs/integrators/composition.md.
+"""
 
 import jax.numpy as jnp
 from jax import lax

@@ -1,40 +1,12 @@
 """Lie group integrators on (TS²)ⁿ through the transitive action of SE(3)ⁿ (003).
 
-Celledoni–Çokaj–Leone–Murari–Owren 2021 (003) make (TS²)ⁿ a homogeneous space of SE(3)ⁿ.
-003 §"Transitive group action on (TS²)²" takes, body by body, the action
-
-    Ψ((A, a), (q, ω)) = (A q, A ω + â A q),
-
-whose infinitesimal generator at (q, ω) is, for (u, v) ∈ se(3) ≅ ℝ⁶,
-
-    Ψ_*((u, v))|_(q, ω) = (û q, û ω + v̂ q).
-
-Ψ maps TS² to itself: |A q| = |q| and (A q)·(A ω + a × A q) = q·ω. It is an action for the
-product (B, b)(A, a) = (B A, B a + b) of SE(3) as affine maps x ↦ A x + a, i.e. of the 4 × 4
-matrices [[A, a], [0, 1]], so exp and the bracket below are those of the matrix group.
-
-**The vector field.** 003 §"The equations of motion and the vector field" writes the
-equations of motion as q̇_i = ω̂_i q_i and ω̇_i = h_i ∈ T_{q_i}S² (the display after (22),
-where h = R(q)⁻¹ b), and looks for ξ = (u_i, v_i)_i with Ψ_*(ξ) = (q̇, ω̇). Take u_i = ω_i:
-then û_i q_i = ω_i × q_i = q̇_i and û_i ω_i = ω_i × ω_i = 0, so the second slot needs
-v_i × q_i = h_i. For |q_i| = 1, (q_i × h_i) × q_i = h_i − (q_i·h_i) q_i, which is h_i exactly
-when h_i ⊥ q_i; so 003 sets v_i = a_i = q_i × h_i and
-
-    ξ(q, ω) = (ω_i, q_i × h_i)_i,    h_i = ω̇_i.
-
-In s2jax, ω̇_i is `LagrangianSystem.angular_acceleration`, the solution of 002 (2.11) (the
-general-M form of 003's R(q) ω̇ = b). It is tangent: row i of (2.11) reads
-M_ii ω̇_i − Σ_{j≠i} M_ij q_i × (q_j × ω̇_j) = q_i × (…), whose q_i component is M_ii q_i·ω̇_i = 0.
-So Ψ_*(ξ(q, ω))|_(q, ω) = (q̇, ω̇) to round-off for every s2jax model (checked in
-`tests/test_lie_group.py`).
-
-**The methods** advance y = (q, ω) by y₁ = Ψ(exp(θ), y₀) with θ ∈ se(3)ⁿ built from ξ at
-stage points, so |q_i| = 1 and q_i·ω_i = 0 hold to round-off by construction, never by
-projection: Lie–Euler (order 1), Runge–Kutta–Munthe-Kaas (RKMK) methods of order 2, 3, 4
-(Munthe-Kaas 1999; Iserles–Munthe-Kaas–Nørsett–Zanna 2000) and the commutator-free method of
-order 4 of Celledoni–Marthinsen–Owren 2003. The stored text of 003 names these families but
-gives neither their coefficients nor its measured orders; the tableaux below are the standard ones.
-003 numbers a single display, (22); the other equations are cited by section.
+Celledoni–Çokaj–Leone–Murari–Owren 2021 (003) make (TS²)ⁿ a homogeneous space of SE(3)ⁿ, body by
+body through Ψ((A, a), (q, ω)) = (A q, A ω + â A q), whose generator is
+Ψ_*((u, v))|_(q, ω) = (û q, û ω + v̂ q). The vector field is ξ(q, ω) = (ω_i, q_i × h_i)_i with
+h_i = ω̇_i (003's display after (22); in s2jax `LagrangianSystem.angular_acceleration`, 002 (2.11)).
+A step is y₁ = Ψ(exp(θ), y₀) with θ ∈ se(3)ⁿ from ξ at stage points, so |q_i| = 1 and q_i·ω_i = 0
+hold to round-off: Lie–Euler, RKMK of order 2, 3, 4 and the commutator-free method of order 4, with
+the standard tableaux. Derivation and sources: docs/integrators/lie_group.md.
 """
 
 from typing import ClassVar
@@ -151,7 +123,7 @@ def se3_vector_field(system, t, q, omega, args) -> Algebra:
     """ξ(t, q, ω) = (ω_i, q_i × h_i)_i, h_i = ω̇_i: the f of 003 §"The equations of motion".
 
     `Ψ_*(ξ(t, q, ω))|_(q, ω)` equals `system.vector_field(t, q, omega, args)` on (TS²)ⁿ
-    (see the module docstring for why h_i = ω̇_i is tangent, so (q_i × h_i) × q_i = h_i).
+    (see docs/integrators/lie_group.md for why h_i = ω̇_i is tangent, so (q_i × h_i) × q_i = h_i).
     """
     h = system.angular_acceleration(t, q, omega, args)
     return omega, jnp.cross(q, h)

@@ -3,6 +3,7 @@
 These are the generic ODE solvers the papers compare against. They treat (q, ω) as a point
 of ℝ⁶ⁿ, so |q_i| = 1 and q_i·ω_i = 0 drift at the order of the method; only
 `RungeKutta2WithReprojection` normalises q_i after each step, as the baseline of 002 Example 3.
+See docs/integrators/runge_kutta.md.
 """
 
 from typing import ClassVar

@@ -1,20 +1,11 @@
 """iLQR (iterative LQR, a Gauss–Newton DDP) on T(S²)ⁿ, in tangent coordinates.
 
-Around the current trajectory (q̄_k, ω̄_k, ū_k) each state is written in the chart of
-`s2jax._chart` (two coordinates for δq and two for δω per body, 4n in all), so the local
-problem is an ordinary LQR problem in ℝ^{4n} × ℝ^m. The linearisation of the step,
-
-    δx_{k+1} ≈ A_k δx_k + B_k δu_k,
-
-is `jax.jacfwd` of chart⁻¹_{k+1} ∘ step ∘ chart_k: through the step's Newton solve it is the
-implicit-function derivative of the step's own equations (002 (3.16), (3.13)), exact for the
-discrete map being optimised. The costs are expanded to second order by `jax.hessian` in the same
-coordinates. The backward pass is Tassa, Erez & Todorov (2012)'s with Levenberg–Marquardt
-regularisation μ of Q_uu; box bounds are handled by projection: controls at a bound whose
-gradient pushes outward are clamped (their rows of the gains set to zero) and the forward pass
-clips. A backtracking line search on the step's feedforward part accepts the first α ∈ {1, ½, …}
-that lowers the cost. The terminal constraint enters through the augmented Lagrangian of
-`solve` as part of the terminal cost.
+Around the current trajectory each state is written in the chart of `s2jax._chart` (4n coordinates),
+so the local problem is an ordinary LQR problem in ℝ^{4n} × ℝ^m: δx_{k+1} ≈ A_k δx_k + B_k δu_k is
+`jax.jacfwd` of chart⁻¹_{k+1} ∘ step ∘ chart_k (through the step's Newton solve, the implicit-function
+derivative of the step's own equations, 002 (3.16), (3.13)), the costs are expanded to second order by
+`jax.hessian`. The backward pass is Tassa, Erez & Todorov (2012)'s with Levenberg–Marquardt
+regularisation; box bounds by projection; a backtracking line search. Details: docs/api/control.md.
 """
 
 import equinox as eqx

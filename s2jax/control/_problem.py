@@ -1,14 +1,13 @@
 """A trajectory optimisation problem on T(S²)ⁿ and what its solvers return.
 
-The dynamics are a forced simulation (`s2jax.simulate` with `force` and open-loop `controls`)
-of the plan that `simulate` makes (`_plan.py`): the discrete Lagrange–d'Alembert integrator of
-the system's kind by default, so the optimiser differentiates the same structure-preserving
-map it will be judged by. The cost of controls u_0 … u_{N−1} from (q_0, ω_0) is
+The dynamics are a forced simulation (`s2jax.simulate` with `force` and open-loop `controls`) of the
+plan that `simulate` makes (`_plan.py`): by default the discrete Lagrange–d'Alembert integrator of the
+system's kind. The cost of controls u_0 … u_{N−1} from (q_0, ω_0) is
 
     J(u) = Σ_{k<N} h ℓ(t_k, q_k, ω_k, u_k) + Φ(q_N, ω_N),
 
-the controls are held over each step (zero-order hold), may be boxed, lower ≤ u_k ≤ upper,
-and the final state may be pinned by a terminal constraint c(q_N, ω_N) = 0.
+the controls are held over each step (zero-order hold), may be boxed, lower ≤ u_k ≤ upper, and the
+final state may be pinned by a terminal constraint c(q_N, ω_N) = 0. Why: docs/api/control.md.
 """
 
 import dataclasses

@@ -1,14 +1,11 @@
 """The interface of a trajectory-optimisation solver, and the augmented-Lagrangian loop around it.
 
-Every solver minimises, over its own decision variables, the augmented objective
-
-    J(u) + λ·c + ρ/2 |c|²,
-
-where c collects the equality constraints (the terminal constraint c(q_N, ω_N) = 0 and, for
-multiple shooting, the jumps between segments). `solve` updates the multipliers between inner
-solves, λ ← λ + ρ c, and raises ρ tenfold when |c| has not fallen by 4× (Nocedal & Wright,
-Algorithm 17.4, in its simplest form). Everything runs inside one compiled computation, so
-`jax.vmap` over initial states solves a batch in one call.
+Every solver minimises, over its own decision variables, the augmented objective J(u) + λ·c + ρ/2 |c|²,
+where c collects the equality constraints (the terminal constraint c(q_N, ω_N) = 0 and, for multiple
+shooting, the jumps between segments). `solve` updates the multipliers between inner solves,
+λ ← λ + ρ c, and raises ρ tenfold when |c| has not fallen by 4× (Nocedal & Wright, Algorithm 17.4, in
+its simplest form). Everything runs inside one compiled computation, so `jax.vmap` over initial states
+solves a batch in one call. See docs/api/control.md.
 """
 
 import abc

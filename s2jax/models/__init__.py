@@ -1,6 +1,7 @@
 """Ready-made models from the papers, one module each.
 
-Every model module has `lagrangian(q, qdot, params)`, `paper_params()` and `paper_state()`.
+Every model module has `lagrangian(q, qdot, params)`, `paper_params()` and `paper_state()`;
+see docs/api/models.md.
 """
 
 from . import (

@@ -1,24 +1,13 @@
 """The chain pendulum of Lee–Leok–McClamroch 2015 (001), §V, without the forces τ and d.
 
-n links serially connected by spherical joints, the first to a fixed pivot; the mass m_i of
-link i is concentrated at its outboard end, l_i is its length. q_1 points from the pivot to
-the first mass, q_i from the (i − 1)-th joint to the i-th mass, so the i-th mass is at
-x_i = Σ_{j≤i} l_j q_j. The kinetic energy ½ Σ_i m_i |ẋ_i|² is (38),
-
-    T = ½ Σ_ij M_ij q̇_i·q̇_j,    M_ij = (Σ_{k ≥ max(i, j)} m_k) l_i l_j,
-
-(001 writes M_ij for the mass sums alone and puts l_i l_j beside them; here M_ij includes
-them, as in 002 (2.2)), and the potential (39) is
-
-    V(q) = −Σ_i (Σ_{k ≥ i} m_k) g l_i e₃·q_i.
-
-**Sign convention.** 001 takes e₃ vertical *up*, U = +Σ_i m_i g e₃·x_i. We take e₃ to be the
-direction of gravity (*down*), as 002 and every s2jax model do, hence the minus sign above:
-the two differ by the reflection x₃ ↦ −x₃. With this choice n = 1 is
-`spherical_pendulum` and n = 2 is 002 Example 1 (`double_spherical_pendulum`).
-
-001 takes the base torque τ and the tip force d of (40) as generalized forces; they are not
-part of the Lagrangian: `base_torque_and_tip_force` builds them for `simulate(force=...)`.
+n links on spherical joints from a fixed pivot; the mass m_i of link i at its outboard end, l_i its
+length, q_i from the (i − 1)-th joint to the i-th mass, so x_i = Σ_{j≤i} l_j q_j. The kinetic energy
+(38) is T = ½ Σ_ij M_ij q̇_i·q̇_j with M_ij = (Σ_{k ≥ max(i, j)} m_k) l_i l_j (as in 002 (2.2)), the
+potential (39) V(q) = −Σ_i (Σ_{k ≥ i} m_k) g l_i e₃·q_i, with e₃ the direction of gravity (*down*, as
+in 002 and every s2jax model). n = 1 is `spherical_pendulum`, n = 2 is 002 Example 1
+(`double_spherical_pendulum`). The base torque τ and tip force d of (40) are generalized forces, not
+part of L: `base_torque_and_tip_force` builds them for `simulate(force=...)`. 001's notation and
+sign convention: docs/api/models.md.
 """
 
 import jax.numpy as jnp

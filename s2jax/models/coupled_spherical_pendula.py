@@ -1,21 +1,13 @@
 """Spherical pendula joined by springs: Lee–Leok–McClamroch 2009 (002), Example 3.
 
-n point masses m_i on massless links of lengths l_i, hanging from pivots p_i in a horizontal
-plane; q_i points from the i-th pivot to the i-th mass and e₃ = (0, 0, 1) is the direction of
-gravity. Pairs (i, j) ∈ Ξ are joined by linear springs of stiffness κ_ij attached at the
-centres of the links. With r_ij = p_j − p_i, M_ij = m_i l_i² δ_ij and
+n point masses m_i on massless links of lengths l_i, hanging from pivots p_i in a horizontal plane (q_i from the
+i-th pivot to the i-th mass, e₃ = (0, 0, 1) the direction of gravity); pairs (i, j) ∈ Ξ are joined by linear
+springs of stiffness κ_ij attached at the centres of the links. With r_ij = p_j − p_i, M_ij = m_i l_i² δ_ij and
 
     V(q) = −Σ_i m_i g l_i q_i·e₃ + Σ_{(i,j)∈Ξ} ½ κ_ij (|r_ij + ½ l_j q_j − ½ l_i q_i| − |r_ij|)²,
 
-whose equations of motion are (3.22)–(3.23). M is diagonal, so 002 uses the explicit
-integrator (3.17)–(3.18).
-
-**Slips in 002.** The example prints e₁ = [0, 0, 1]; the horizontal plane is spanned by
-e₁ = [1, 0, 0] and e₂ = [0, 1, 0]. It prints "κ₁₂" for all four springs; they are
-κ₁₂ = 10, κ₂₃ = 20, κ₃₄ = 30, κ₄₁ = 40 N/m.
-
-In `params`, Ξ is `connections`, a tuple of pairs of Python ints (0-based), which
-`simulate` keeps static; `spring_constants[k]` belongs to `connections[k]`.
+whose equations of motion are (3.22)–(3.23); M is diagonal, so 002 uses the explicit integrator (3.17)–(3.18).
+How `params` holds Ξ (`connections`): docs/api/models.md; 002's slips in this example: docs/papers.md.
 """
 
 import jax.numpy as jnp

@@ -6,7 +6,7 @@ gravity. The inertia matrix is M₁₁ = (m₁ + m₂) l₁², M₁₂ = m₂ l�
 
     V(q₁, q₂) = −(m₁ + m₂) g l₁ e₃·q₁ − m₂ g l₂ e₃·q₂,
 
-giving the equations of motion (3.19)–(3.20).
+giving the equations of motion (3.19)–(3.20). See docs/api/models.md.
 """
 
 import jax.numpy as jnp

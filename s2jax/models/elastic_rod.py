@@ -1,33 +1,12 @@
 """Pure bending of an elastic rod: Lee–Leok–McClamroch 2009 (002), Example 4.
 
-n + 1 rigid rod elements joined by rotational springs; the zeroth is clamped to a wall along
-a fixed q₀ ∈ S² (q₀ = e₁ here: the rod starts horizontal, along the clamped element, and
-002 does not print q₀), the others are free, so the configuration space is (S²)ⁿ. Element i
-has mass m_i and length l_i; q_i is its direction. e₃ = (0, 0, 1) is the direction of
-gravity. 002 prints
-
-    M_ii = ⅓ m_i l_i² + Σ_{k>i} m_k l_k²,    M_ij = Σ_{k ≥ max(i,j)} ½ m_k l_k²  (i ≠ j),
-
-    V(q) = −Σ_{i=1}^n m_i g (Σ_{j<i} l_j q_j + ½ l_i q_i)·e₃ + Σ_{i=1}^n ½ κ_i (1 − q_{i−1}·q_i)²,
-
-and the equations of motion (3.24), the q̈ form (2.8), whose matrix (with m_i = m/(n+1),
-l_i = l/(n+1)) repeats the printed M. The gravity term sums
-from j = 1: the clamped element adds the constant l₀ q₀ to every centre, which moves V by a
-constant (zero for a horizontal q₀).
-
-**Doubt about the printed inertia.** For uniform rods with the centres x_i = Σ_{j<i} l_j q_j +
-½ l_i q_i that the potential uses, T = ½ Σ_i (m_i |ẋ_i|² + m_i l_i²/12 |q̇_i|²) gives the
-printed diagonal (with l_i² for the printed l_k², equal for equal elements) but
-
-    M_ij = (½ m_J + Σ_{k>J} m_k) l_i l_j,    J = max(i, j),
-
-not Σ_{k≥J} ½ m_k l_k²: the ½ belongs to the k = J term only. For equal elements the printed
-M₁₂ is (n − 1)/2 · m_i l_i², the rigid-rod one (n − 3/2) · m_i l_i². Both are symmetric
-positive definite. `params["inertia"]` selects `"printed"` (the default of `paper_params`,
-what 002 simulated as far as the text tells) or `"rigid_rods"` (the derivation above).
-
-**The bending term** as printed is quartic in the joint angle θ_i, ½ κ_i (1 − cos θ_i)² ≈
-κ_i θ_i⁴/8, so the straight rod has no linear stiffness; we keep it as printed.
+n + 1 rigid rod elements joined by rotational springs; the zeroth is clamped to a wall along a fixed
+q₀ ∈ S² (q₀ = e₁ here: 002 does not print q₀), the others are free, so the configuration space is
+(S²)ⁿ. Element i has mass m_i, length l_i and direction q_i; e₃ = (0, 0, 1) is the direction of
+gravity. M and V are 002's, with the equations of motion (3.24); `params["inertia"]` selects M as
+printed (`"printed"`, the default of `paper_params`) or derived for uniform rigid rods
+(`"rigid_rods"`). The printed M and V, the derivation of the other M, and the quartic bending term:
+docs/api/models.md (and the doubts in docs/papers.md).
 """
 
 import jax.numpy as jnp

@@ -1,22 +1,13 @@
 """A bead sliding on an ellipsoid with a spherical pendulum hanging from it: inertia m_ij(q).
 
-Body 1 is a bead of mass m₁ on the ellipsoid Σ_a x_a²/s_a² = 1 (frictionless, two-sided),
-located by its direction q₁ ∈ S² from the centre: x₁ = ρ(q₁) q₁ with
-ρ(q) = (Σ_a q_a²/s_a²)^{−1/2}. Body 2 is a point mass m₂ on a massless link of length l
-hanging from the bead, x₂ = x₁ + l q₂. e₃ is the direction of gravity.
+Body 1 is a bead of mass m₁ on the ellipsoid Σ_a x_a²/s_a² = 1 (frictionless, two-sided), located by
+its direction q₁ ∈ S² from the centre: x₁ = ρ(q₁) q₁ with ρ(q) = (Σ_a q_a²/s_a²)^{−1/2}. Body 2 is a
+point mass m₂ on a massless link of length l hanging from the bead, x₂ = x₁ + l q₂. e₃ is the
+direction of gravity. With D₁ = ∂x₁/∂q₁ (formed by autodiff),
 
-**Inertia from 001 (11).** With ẋ₁ = ρ q̇₁ + (∇ρ·q̇₁) q₁ (the radial part: q₁·q̇₁ = 0), the
-kinetic energy ½ m₁|ẋ₁|² + ½ m₂|ẋ₁ + l q̇₂|² is ½ Σ_ij q̇_iᵀ H_ij(q) q̇_j with
+    L = ½ m₁ |D₁q̇₁|² + ½ m₂ |D₁q̇₁ + l q̇₂|² + m₁ g e₃·x₁ + m₂ g e₃·x₂,
 
-    H₁₁ = (m₁ + m₂) D₁ᵀD₁,   H₁₂ = H₂₁ᵀ = m₂ l D₁ᵀ,   H₂₂ = m₂ l² I₃,
-
-D₁ = ρ I₃ + q₁ ∇ρᵀ = ∂x₁/∂q₁ on T_{q₁}S², so on tangent vectors D₁ᵀD₁ = ρ² I₃ + ∇ρ ∇ρᵀ. Every block
-but H₂₂ depends on q₁: the configuration-dependent inertia of 001 (11) (with general 3 × 3
-blocks, m_ij(q) I₃ being the special case of a sphere, s₁ = s₂ = s₃, where ∇ρ = 0 on S²
-and (2.2) holds). The code writes x₁(q) homogeneous of degree 0 in q, q/(Σ q_a²/s_a²)^{1/2},
-and lets autodiff form D₁; L is then
-
-    L = ½ m₁ |D₁q̇₁|² + ½ m₂ |D₁q̇₁ + l q̇₂|² + m₁ g e₃·x₁ + m₂ g e₃·x₂.
+the configuration-dependent inertia of 001 (11). Its derivation: docs/api/models.md.
 """
 
 import jax

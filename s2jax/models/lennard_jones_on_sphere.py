@@ -5,11 +5,9 @@ potential of the chord distances |q_i − q_j|,
 
     V(q) = ½ Σ_{i≠j} 4ε [(σ/|q_i − q_j|)¹² − (σ/|q_i − q_j|)⁶],
 
-whose equations of motion are (3.27). M is diagonal, so the explicit integrator (3.17)–(3.18)
-applies. 002 takes n = 642 molecules "uniformly distributed on a sphere" (the vertices of a
-three times subdivided icosahedron, `icosphere(3)`; its Fig. 3.7 uses `icosphere(4)`, 5120
-faces), ε = 0.01 and m_i = 1, and leaves σ and the "two vortices separated by 30 degrees" to
-the reader; our choices are in `paper_params` and `paper_state`.
+whose equations of motion are (3.27); M is diagonal, so the explicit integrator (3.17)–(3.18)
+applies. 002 takes n = 642 molecules, ε = 0.01 and m_i = 1, and leaves σ and its initial
+velocities to the reader: our choices are in `paper_params` and `paper_state` (docs/api/models.md).
 """
 
 import jax
@@ -101,9 +99,8 @@ def _pair_quantities(q, params):
     arrays), 1/d_ij² (1 on the diagonal) and a_ij = (σ²/d_ij²)³ (`potential`).
 
     The reciprocal is taken once and serves both a_ij and p′(d_ij²) in `_potential_jvp`: a
-    division costs several multiplications, and there are n² of them (1000 steps of 002
-    Example 6, 642 molecules, on a 2-core Intel Xeon: 1.17 → 0.98 s, and 0.95 s with the
-    differences in place of the Gram matrix, `potential`)."""
+    division costs several multiplications, and there are n² of them (measured with the
+    differences in place of the Gram matrix, `potential`: see docs/performance.md)."""
     n = q.shape[0]
     off_diagonal = ~np.eye(n, dtype=bool)
     differences = tuple(q[:, None, k] - q[None, :, k] for k in range(3))
@@ -124,20 +121,20 @@ def potential(q, params):
 
     Only d_ij² enters, so there is no square root. It is summed from three (n, n) arrays of
     coordinate differences, which XLA fuses into one pass over the pairs (an (n, n, 3) array of
-    differences, reduced over its last axis, ran 3× slower than the Gram form below, measured
-    in an earlier release). Not from the Gram matrix,
+    differences, reduced over its last axis, was slower: measured, see docs/performance.md).
+    Not from the Gram matrix,
     d_ij² = |q_i|² + |q_j|² − 2 q_i·q_j: its cancellation left relative errors of 1e-13 in the
     forces of a perturbed icosphere of 642 molecules, against 1e-15 from the differences
-    (both against long-double arithmetic), at the same speed. The diagonal d_ii = 0 would divide
+    (both against long-double arithmetic). The diagonal d_ii = 0 would divide
     by zero; it is replaced by 1 *before* the division and masked out after it, so that neither
     the value nor the derivatives see it.
 
     Its derivatives are written in closed form (a `jax.custom_jvp`, `_potential_jvp`): with
     a = (σ²/d²)³ and p(d²) = a² − a, ∂V/∂q_i = 8ε Σ_j p′(d_ij²) (q_i − q_j),
-    p′(s) = (3a − 6a²)/s, one more pass over the pairs (0.34 against 0.51 ms per gradient at
-    n = 642 by reverse mode through the formula, when it was still written with the Gram
-    matrix); and ∂V/∂ε = V/ε, ∂V/∂σ = 2ε Σ_{i≠j} (12a² − 6a)/σ. `tests/test_models.py`
-    checks them against reverse mode through an independent writing of V.
+    p′(s) = (3a − 6a²)/s, one more pass over the pairs (faster than reverse mode through the
+    formula: measured, see docs/performance.md); and ∂V/∂ε = V/ε,
+    ∂V/∂σ = 2ε Σ_{i≠j} (12a² − 6a)/σ. `tests/test_models.py` checks them against reverse mode
+    through an independent writing of V.
     """
     off_diagonal, _, _, attraction = _pair_quantities(q, params)
     return 2.0 * params["epsilon"] * _pair_sum(off_diagonal, attraction)

@@ -6,9 +6,8 @@ moment. With r_ij = p_j − p_i and μ the permeability, M_ij = (1/12) m_i l_i²
 
     V(q) = ½ Σ_{i≠j} μ ν_i ν_j / (4π |r_ij|³) [q_i·q_j − 3 (q_i·r_ij)(q_j·r_ij) / |r_ij|²],
 
-the dipole–dipole energy, whose equations of motion are (3.25)–(3.26). There is no gravity
-(each magnet turns about its centre). M is diagonal, so 002 uses the explicit integrator
-(3.17)–(3.18).
+the dipole–dipole energy, whose equations of motion are (3.25)–(3.26); there is no gravity (each magnet turns
+about its centre). M is diagonal, so 002 uses the explicit integrator (3.17)–(3.18) (docs/api/models.md).
 """
 
 import jax.numpy as jnp

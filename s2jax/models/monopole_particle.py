@@ -1,27 +1,11 @@
 """A charged particle on the unit sphere around a magnetic monopole at its centre.
 
-A particle of mass m and charge e on S² in the field B = g x/|x|³ of a monopole of strength g
-at the centre feels the Lorentz force e q̇ × B = e g q̇ × q (on |q| = 1), always tangent and
-doing no work. B = ∇ × A has no vector potential without a singularity (a Dirac string); we
-use
-
-    A(x) = g (−x₂, x₁, 0) / (|x| (|x| + x₃)),
-
-regular except on the half-line x₃ = −|x| (the south pole of S², which the particle must not
-reach), and
-
-    L(q, q̇) = ½ m |q̇|² + e A(q)·q̇,
-
-a term linear in q̇: not the form (2.2) of 002. Besides the energy ½ m |q̇|², the
-Poincaré vector
-
-    J = q × m q̇ − e g q
-
-is conserved (d/dt (q × m q̇) = q × e g (q̇ × q) = e g q̇ on S²), `poincare_vector`. L is
-invariant under rotations about e₃ (A is equivariant under them), so the
-variational integrators conserve J₃ exactly; J₁, J₂ correspond to rotations that move the
-Dirac string, which change L by a total derivative, and are conserved by the continuous flow
-but only up to O(h²) by a discrete one.
+A particle of mass m and charge e on S² in the field B = g x/|x|³ of a monopole of strength g, with
+the vector potential A(x) = g (−x₂, x₁, 0) / (|x| (|x| + x₃)) (singular on the half-line x₃ = −|x|,
+a Dirac string: the particle must not reach the south pole of S²), has L(q, q̇) = ½ m |q̇|² + e A(q)·q̇,
+a term linear in q̇: not the form (2.2) of 002. It conserves the energy ½ m |q̇|² and the Poincaré vector
+J = q × m q̇ − e g q (`poincare_vector`), the variational integrators J₃ exactly and J₁, J₂ only up to
+O(h²) (why: docs/api/models.md).
 """
 
 import jax.numpy as jnp

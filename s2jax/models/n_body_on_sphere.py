@@ -5,9 +5,9 @@ Harin (002's reference [9]), the analogue of gravity on S²:
 
     V(q) = −γ/2 Σ_{i≠j} (q_i·q_j) / √(1 − (q_i·q_j)²),
 
-whose equations of motion are (3.21). The pair potential is −γ cot θ_ij with θ_ij the angle
-between q_i and q_j: it blows up when two bodies collide (θ → 0) or are antipodal (θ → π).
-M is diagonal, so 002 uses the explicit integrator (3.17)–(3.18).
+whose equations of motion are (3.21): the pair potential −γ cot θ_ij (θ_ij the angle between q_i
+and q_j) blows up when two bodies collide (θ → 0) or are antipodal (θ → π). M is diagonal, so 002
+uses the explicit integrator (3.17)–(3.18). See docs/api/models.md.
 """
 
 import jax.numpy as jnp

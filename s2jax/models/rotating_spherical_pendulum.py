@@ -1,15 +1,13 @@
 """A spherical pendulum seen from a frame rotating at a constant rate Ω about the vertical.
 
-A point mass m on a massless link of length r, q ∈ S² pointing from the pivot to the mass,
-e₃ the direction of gravity (as in every s2jax model). In a frame turning about e₃ with angular
-velocity Ω e₃ the mass's inertial velocity is r (q̇ + Ω e₃ × q), so
+A point mass m on a massless link of length r, q ∈ S² pointing from the pivot to the mass, e₃ the
+direction of gravity (as in every s2jax model). The mass's inertial velocity is r (q̇ + Ω e₃ × q), so
 
-    L(q, q̇) = ½ m r² |q̇ + Ω e₃ × q|² + m g r e₃·q
-            = ½ m r² |q̇|² + m r² Ω q̇·(e₃ × q) + ½ m r² Ω² |e₃ × q|² + m g r e₃·q:
+    L(q, q̇) = ½ m r² |q̇ + Ω e₃ × q|² + m g r e₃·q,
 
-a term linear in q̇ (Coriolis) and the centrifugal potential, not the form (2.2) of 002.
-Besides the Jacobi integral, rotations about e₃ are a symmetry, with the momentum map
-J₃ = e₃·(q × ∂L/∂q̇) (`vertical_momentum`), conserved exactly by the variational integrators.
+with a term linear in q̇ (Coriolis) and the centrifugal potential: not the form (2.2) of 002. Besides
+the Jacobi integral, the momentum map J₃ = e₃·(q × ∂L/∂q̇) (`vertical_momentum`) is conserved exactly
+by the variational integrators. L expanded: docs/api/models.md.
 """
 
 import jax.numpy as jnp

@@ -2,20 +2,10 @@
 
 A point mass m on a massless rigid link of length r. q ∈ S² points from the pivot to the
 mass and e₃ = (0, 0, 1) is the direction of gravity, as in every s2jax model (002 Example 1).
-The inertia matrix is M₁₁ = m r² and
-
-    V(q) = −m g r e₃·q,
-
-so (2.9)–(2.10) of 002 read q̇ = ω × q, m r² ω̇ = m g r q × e₃. This is the chain pendulum of
-001 §V with n = 1.
-
-**Conventions of 004.** 004 views the pendulum as a rigid body whose body frame has its third
-axis along the link: Γ is the unit *upward* vertical written in that body frame, Ω = (Ω¹, Ω², 0)
-the body angular velocity, Γ̇ = Γ × Ω (14) and U(Γ) = m g r Γ³ (the height of the bob times
-m g), so Γ³ < 0 means the bob hangs below the pivot. With R(t) the attitude of the body frame,
-our variables are q = R e₃ and ω = R Ω (the spatial angular velocity, q̇ = ω × q), and
-R Γ = −e₃. Then e₃·q = −Γ³, so V(q) = U(Γ); |ω| = |Ω|, so the energies agree; and Ω³ = 0 is
-ω·q = 0. 004's energy (the last equation of its §V) is the energy of this Lagrangian.
+The inertia matrix is M₁₁ = m r² and V(q) = −m g r e₃·q, so (2.9)–(2.10) of 002 read
+q̇ = ω × q, m r² ω̇ = m g r q × e₃. This is the chain pendulum of 001 §V with n = 1.
+004 writes the pendulum as a rigid body of attitude R with variables (Γ, Ω): q = R e₃, ω = R Ω and
+R Γ = −e₃. The conventions of 004 and why the two agree: docs/api/models.md.
 """
 
 import jax.numpy as jnp
