@@ -39,6 +39,7 @@ from ._geometry import (
     retract_state as retract_state,
 )
 from ._hamiltonian import HamiltonianSystem as HamiltonianSystem, legendre_transform as legendre_transform
+from ._inertia import Inertia as Inertia
 from ._integrators import (
     RKMK3 as RKMK3,
     RKMK4 as RKMK4,
@@ -63,6 +64,7 @@ from ._integrators import (
     VariationalIntegrator as VariationalIntegrator,
 )
 from ._jit import compiler_options as compiler_options, configure_xla_flags as _configure_xla_flags
+from ._newton import NewtonSettings as NewtonSettings
 from ._results import RESULTS as RESULTS
 from ._simulate import Solution as Solution, simulate as simulate
 from ._system import (

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from ._custom_types import Array, Float, Lagrangian
 from ._force import AbstractForce
 from ._geometry import dot, project_tangent
-from ._newton import _solve_jacobian, newton_root
+from ._newton import NewtonSettings, _solve_jacobian, newton_root
 from ._system import AbstractSystem, SystemArgs
 
 
@@ -56,15 +56,13 @@ class GeneralLagrangianSystem(AbstractSystem):
     - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
     - `force`: an `AbstractForce` (or None): the non-conservative generalized forces f_i of
       001 (10).
-    - `rtol`, `atol`, `max_steps`: Newton's method for the inverse Legendre map (exact after
+    - `newton`: Newton's method for the inverse Legendre map (`NewtonSettings`; exact after
       one iteration when ∂L/∂q̇ is affine in q̇, as in every mechanical L).
     """
 
     lagrangian: Lagrangian
     force: AbstractForce | None = None
-    rtol: float = 1e-13
-    atol: float = 1e-13
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings(rtol=1e-13, atol=1e-13)
 
     has_constant_inertia: ClassVar[bool] = False
 
@@ -112,7 +110,7 @@ class GeneralLagrangianSystem(AbstractSystem):
             return pinned_tangent(q, omega, jnp.cross(q, self.ambient_momentum(q, omega, args)) - target)
 
         omega, _, _ = newton_root(
-            residual, jnp.zeros_like(q), rtol=self.rtol, atol=self.atol, max_steps=self.max_steps
+            residual, jnp.zeros_like(q), **self.newton.options
         )
         return omega
 

@@ -31,7 +31,7 @@ from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._general_system import pinned_tangent
 from ._geometry import dot, project_tangent
-from ._newton import newton_root
+from ._newton import NewtonSettings, newton_root
 from ._system import AbstractSystem, SystemArgs
 
 Hamiltonian = Callable[[Float[Array, "n 3"], Float[Array, "n 3"], Params], Float[Array, ""]]
@@ -49,15 +49,13 @@ class HamiltonianSystem(AbstractSystem):
     - `hamiltonian`: a pure function `H(q, p, params) -> scalar`, q and p of shape (n, 3), read
       at |q_i| = 1, p_i ⊥ q_i. It must be regular: the tangent part of ∂²H/∂p∂p nonsingular.
     - `force`: an `AbstractForce` (or None): the generalized forces f_i of 001 (10), (24).
-    - `rtol`, `atol`, `max_steps`: Newton's method for `momentum` (exact after one iteration
+    - `newton`: Newton's method for `momentum` (`NewtonSettings`; exact after one iteration
       when ∂H/∂p is affine in p, as for every mechanical H).
     """
 
     hamiltonian: Hamiltonian
     force: AbstractForce | None = None
-    rtol: float = 1e-13
-    atol: float = 1e-13
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings(rtol=1e-13, atol=1e-13)
 
     has_constant_inertia: ClassVar[bool] = False
 
@@ -109,7 +107,7 @@ class HamiltonianSystem(AbstractSystem):
         def residual(p):
             return pinned_tangent(q, p, self.hamiltonian_gradients(q, p, args)[1] - qdot)
 
-        p, _, _ = newton_root(residual, jnp.zeros_like(q), rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
+        p, _, _ = newton_root(residual, jnp.zeros_like(q), **self.newton.options)
         return p
 
     def energy(self, q, omega, args):
@@ -151,7 +149,7 @@ class HamiltonianSystem(AbstractSystem):
 
 
 def legendre_transform(
-    lagrangian: Lagrangian, *, rtol: float = 1e-13, atol: float = 1e-13, max_steps: int = 20
+    lagrangian: Lagrangian, *, newton: NewtonSettings = NewtonSettings(rtol=1e-13, atol=1e-13)
 ) -> Hamiltonian:
     """The Hamiltonian H(q, μ) = Σ_i μ_i·q̇_i − L(q, q̇) of 001 (21) of a regular Lagrangian.
 
@@ -164,7 +162,7 @@ def legendre_transform(
     **Arguments:**
 
     - `lagrangian`: `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
-    - `rtol`, `atol`, `max_steps`: Newton's method for q̇.
+    - `newton`: Newton's method for q̇ (`NewtonSettings`).
 
     **Returns:** `H(q, p, params) -> scalar`, p = μ of shape (n, 3).
     """
@@ -173,7 +171,7 @@ def legendre_transform(
         def residual(qdot):
             return pinned_tangent(q, qdot, jax.grad(lagrangian, argnums=1)(q, qdot, params) - p)
 
-        qdot, _, _ = newton_root(residual, jnp.zeros_like(q), rtol=rtol, atol=atol, max_steps=max_steps)
+        qdot, _, _ = newton_root(residual, jnp.zeros_like(q), **newton.options)
         return jnp.sum(dot(p, qdot)) - lagrangian(q, qdot, params)
 
     return hamiltonian

@@ -7,6 +7,7 @@ The Jacobian is `jax.jacfwd`'s unless the caller gives it in closed form (the Ca
 import functools
 from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -18,6 +19,27 @@ from ._custom_types import Array, Float, Int
 NEWTON_ROOT = "s2jax.newton_root"
 """The `jax.ad_checkpoint.checkpoint_name` of what each solve returns (root, iteration count,
 convergence): `CheckpointedAdjoint` keeps these, so its second forward pass skips the iterations."""
+
+
+class NewtonSettings(eqx.Module):
+    """Newton's stopping rule and iteration cap: the `newton` field of every implicit integrator
+    and of the systems that invert a Legendre map by Newton's method.
+
+    **Fields:**
+
+    - `rtol`, `atol`: the iterations stop once the error left is estimated below
+      atol + rtol·max|x| (see `newton_root`); the defaults leave round-off.
+    - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    """
+
+    rtol: float = 1e-12
+    atol: float = 1e-12
+    max_steps: int = 20
+
+    @property
+    def options(self) -> dict:
+        """`rtol`, `atol`, `max_steps` as keyword arguments of `newton_root`."""
+        return {"rtol": self.rtol, "atol": self.atol, "max_steps": self.max_steps}
 
 
 def _solve_jacobian(jacobian: Float[Array, "n 3 n 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:

@@ -23,7 +23,6 @@ from ._hamiltonian import HamiltonianSystem
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._integrators.auto import AutoIntegrator
 from ._results import RESULTS
-from ._structured_solve import is_chain, is_diagonal
 from ._system import AbstractSystem, LagrangianSystem
 from ._validation import initial_state_is_valid, parameters_are_finite
 
@@ -102,11 +101,11 @@ class Plan(eqx.Module):
             result = RESULTS.where(form | (result != RESULTS.successful), result, RESULTS.not_lagrangian_form)
         structure = getattr(self.system, "inertia_structure", None)
         if structure == "chain":
-            chain = is_chain(lax.stop_gradient(self.system.prepare(q0, params).inertia))
+            chain = lax.stop_gradient(self.system.prepare(q0, params).inertia).is_chain()
             result = RESULTS.where(chain | (result != RESULTS.successful), result, RESULTS.inertia_not_chain)
         if self.integrator.requires_diagonal_inertia or structure == "diagonal":
             inertia = lax.stop_gradient(self.system.prepare(q0, params).inertia)
-            diagonal = is_diagonal(inertia) | (result != RESULTS.successful)
+            diagonal = inertia.is_diagonal() | (result != RESULTS.successful)
             result = RESULTS.where(diagonal, result, RESULTS.inertia_not_diagonal)
         return result
 

@@ -25,20 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._geometry import dot, project_tangent, random_state
-from ._structured_solve import (
-    MIN_CHAIN_BODIES,
-    chain_factors,
-    chain_parameters,
-    chain_solve,
-    inertia_times,
-    is_diagonal,
-    matrix_diagonal,
-    two_body_solve,
-)
+from ._inertia import STRUCTURES, Inertia
+from ._structured_solve import chain_factors
 
 
 class SystemArgs(eqx.Module):
@@ -48,17 +39,14 @@ class SystemArgs(eqx.Module):
 
     - `params`: the model's parameters, any PyTree.
     - `control`: u, held over the current step and passed to the force; None without controls.
-    - `inertia`: the constant inertia matrix M (n, n), computed once per simulation by
-      `AbstractSystem.prepare`; None where the inertia depends on q or has not been prepared
-      (then `inertia` derives it).
-    - `chain`: (l, c) with M_ij = c_{max(i,j)} l_i l_j when the system was built knowing that M
-      is a chain's (`LagrangianSystem.inertia_structure`); the solves of A are then O(n).
+    - `inertia`: the constant inertia matrix M of (2.2) with its structure (an `Inertia`),
+      computed once per simulation by `AbstractSystem.prepare`; None where the inertia depends
+      on q or has not been prepared (then `LagrangianSystem.inertia` derives it).
     """
 
     params: Params
     control: object = None
-    inertia: Float[Array, "n n"] | None = None
-    chain: tuple[Float[Array, " n"], Float[Array, " n"]] | None = None
+    inertia: Inertia | None = None
 
 
 class AbstractSystem(eqx.Module):
@@ -161,23 +149,17 @@ class LagrangianSystem(AbstractSystem):
     has_constant_inertia: ClassVar[bool] = True
 
     def __check_init__(self):
-        if self.inertia_structure not in ("dense", "chain", "diagonal"):
+        if self.inertia_structure not in STRUCTURES:
             raise ValueError(
                 f'inertia_structure must be "dense", "chain" or "diagonal", got {self.inertia_structure!r}'
             )
 
     def prepare(self, q, params):
-        inertia = self.inertia(q, SystemArgs(params))
-        chain = chain_parameters(inertia) if self.inertia_structure == "chain" else None
-        return SystemArgs(params, inertia=inertia, chain=chain)
+        return SystemArgs(params, inertia=Inertia.of(self.inertia(q, SystemArgs(params)), self.inertia_structure))
 
     def with_structure(self, inertia) -> "LagrangianSystem":
         """This system with `inertia_structure` recognised from a concrete M (numpy array)."""
-        if is_diagonal(np.asarray(inertia)):
-            structure = "diagonal"
-        else:
-            structure = "chain" if chain_factors(inertia) is not None else "dense"
-        return dataclasses.replace(self, inertia_structure=structure)
+        return dataclasses.replace(self, inertia_structure=Inertia.recognise(np.asarray(inertia)))
 
     def with_probed_structure(self, n: int, params: Params, dtype) -> "LagrangianSystem":
         """This system with `inertia_structure` recognised where the params are traced.
@@ -208,20 +190,15 @@ class LagrangianSystem(AbstractSystem):
                     return dataclasses.replace(self, inertia_structure="dense")
         return dataclasses.replace(self, inertia_structure="chain")
 
-    def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
-        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13).
+    def structured_inertia(self, q: Float[Array, "n 3"], args: SystemArgs) -> Inertia:
+        """M with its structure: `args.inertia` once prepared, else derived at q."""
+        if args.inertia is not None:
+            return args.inertia
+        return Inertia.of(self.inertia(q, args), self.inertia_structure)
 
-        The O(n) recursion of `chain_solve` when M is a chain's (from `MIN_CHAIN_BODIES` links),
-        the closed form of `two_body_solve` for two bodies (both assume |q_i| = 1: off the
-        sphere, at the stages of Runge–Kutta methods, they are a smooth extension of the
-        operator, which leaves the methods' order alone); otherwise `block_solve` (unrolled
-        3 × 3 elimination for few bodies, dense LU beyond).
-        """
-        if args.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
-            return chain_solve(q, rhs, *args.chain)
-        if q.shape[0] == 2:
-            return two_body_solve(q, rhs, self.inertia(q, args))
-        return block_solve(self.angular_velocity_operator(q, args), rhs)
+    def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
+        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13) (`Inertia.solve`)."""
+        return self.structured_inertia(q, args).solve(q, rhs)
 
     def potential(self, q: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, ""]:
         """V(q) = −L(q, 0)."""
@@ -238,7 +215,7 @@ class LagrangianSystem(AbstractSystem):
         form, and that M is constant and positive definite, before a simulation compiles.
         """
         if args.inertia is not None:
-            return args.inertia
+            return args.inertia.matrix
         unit_x = jnp.zeros(3, q.dtype).at[0].set(1.0)
 
         def momentum_x(speeds):
@@ -266,21 +243,6 @@ class LagrangianSystem(AbstractSystem):
         value, momentum = jax.value_and_grad(self.lagrangian, argnums=1)(q, qdot, args.params)
         return jnp.sum(qdot * momentum) - value
 
-    def angular_velocity_operator(self, q: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n n 3 3"]:
-        """The 3n × 3n matrix on the left of (2.11) and (3.13), as n × n blocks of 3 × 3.
-
-        Diagonal blocks M_ii I₃; off-diagonal blocks −M_ij q̂_i q̂_j = −M_ij (q_j q_iᵀ − (q_i·q_j) I₃).
-        """
-        inertia = self.inertia(q, args)
-        n = q.shape[0]
-        eye3 = jnp.eye(3, dtype=q.dtype)[None, None]
-        gram = dot(q[:, None], q[None, :])[:, :, None, None]
-        outer = q[None, :, :, None] * q[:, None, None, :]  # q_j q_iᵀ
-        off = -inertia[:, :, None, None] * (outer - gram * eye3)
-        diag = matrix_diagonal(inertia)[:, None, None, None] * eye3
-        is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]
-        return jnp.where(is_diag, diag, off)
-
     def angular_acceleration(self, t, q, omega, args):
         """ω̇ from (2.11) with the generalized force F = −∂V/∂q + f, by block elimination.
 
@@ -288,8 +250,8 @@ class LagrangianSystem(AbstractSystem):
         a constant M); the j = i term of the sum is q_i × q_i = 0, so it is written as
         q_i × (M (|ω|² q) + F)_i.
         """
-        inertia = self.inertia(q, args)
+        inertia = self.structured_inertia(q, args)
         speed2 = dot(omega, omega)[:, None]
         force = self.generalized_force(t, q, omega, args)
-        rhs = jnp.cross(q, inertia_times(inertia, speed2 * q, args.chain) + force)
-        return self.solve_operator(q, rhs, args)
+        rhs = jnp.cross(q, inertia.times(speed2 * q) + force)
+        return inertia.solve(q, rhs)

@@ -354,7 +354,7 @@ def test_failure_codes():
         PENDULUM,
         dt=0.2,
         num_steps=5,
-        integrator=DiscreteHamelIntegrator(max_steps=1),
+        integrator=DiscreteHamelIntegrator(newton=s2.NewtonSettings(max_steps=1)),
         throw=False,
     )
     assert sol.result == s2.RESULTS.newton_failed

@@ -258,7 +258,7 @@ def test_simulate_uses_the_chain_solve_and_matches_a_dense_system():
     q0, omega0 = jnp.asarray(q0), jnp.asarray(omega0)
     dt = jnp.asarray(0.01)
     # Tight Newton/chord tolerances, so that only round-off separates the two paths.
-    for integrator in (s2.RungeKutta4(), s2.VariationalIntegrator(rtol=1e-15, atol=1e-15)):
+    for integrator in (s2.RungeKutta4(), s2.VariationalIntegrator(newton=s2.NewtonSettings(rtol=1e-15, atol=1e-15))):
         out = []
         for sys_ in (system, dense_system):
             args = sys_.prepare(q0, params)
@@ -304,7 +304,7 @@ def test_chain_vi_matches_dense_newton_over_200_steps():
     params = cp.paper_params(n)
     q0, omega0 = cp.paper_state(n)
     # Tight tolerances for both, so that the comparison sees round-off, not the stopping rules.
-    integrator = s2.VariationalIntegrator(rtol=1e-15, atol=1e-15)
+    integrator = s2.VariationalIntegrator(newton=s2.NewtonSettings(rtol=1e-15, atol=1e-15))
     chain = s2.simulate(
         cp.lagrangian, q0, omega0, params, dt=0.01, num_steps=200, save_every=200, integrator=integrator
     )

@@ -181,7 +181,7 @@ def test_newton_failure_is_reported():
     q0, omega0 = dsp.paper_state()
     sol = s2.simulate(
         dsp.lagrangian, q0, omega0, dsp.paper_params(), dt=0.01, num_steps=10,
-        integrator=s2.VariationalIntegrator(max_steps=1), throw=False,
+        integrator=s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=1)), throw=False,
     )
     assert sol.result == s2.RESULTS.newton_failed
     assert int(sol.failed_step) == 0
@@ -390,7 +390,7 @@ def test_two_newton_iterations_per_step_on_the_double_pendulum(integrator):
     at two, the run succeeds and is the default run, bitwise."""
     params = _params()
     q0, omega0 = dsp.paper_state()
-    capped = s2.VariationalIntegrator(max_steps=2)
+    capped = s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=2))
     capped = capped if isinstance(integrator, s2.VariationalIntegrator) else s2.Composition(capped, order=4)
     kwargs = dict(dt=0.01, num_steps=3000, save_every=100)
     default = s2.simulate(dsp.lagrangian, q0, omega0, params, integrator=integrator, **kwargs)

@@ -58,7 +58,7 @@ from jax import lax
 from .._block_elimination import MAX_UNROLLED_BODIES
 from .._custom_types import Array, Float
 from .._geometry import dot
-from .._newton import newton_root
+from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._system import AbstractSystem, LagrangianSystem
 from .base import AbstractIntegrator, check_finite
@@ -319,13 +319,11 @@ class Rattle(_AbstractEmbedded):
     body turned by a right angle or more in one step: for a diagonal M, the large root),
     `RESULTS.step_too_large`. Both happen only for steps far beyond the method's stability.
 
-    **Arguments:** `rtol`, `atol`, `max_steps`, `unrolled` of Newton's method on z, as for
+    **Arguments:** `newton` (`NewtonSettings`) and `unrolled` of Newton's method on z, as for
     `VariationalIntegrator` (z is dimensionless, the normal displacement in units of |q_i|).
     """
 
-    rtol: float = 1e-12
-    atol: float = 1e-12
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings()
     unrolled: int = 2
 
     requires_diagonal_inertia: ClassVar[bool] = False
@@ -334,7 +332,8 @@ class Rattle(_AbstractEmbedded):
         q, omega = y0
         v = jnp.cross(omega, q)
         potential_force = -system.potential_gradient(q, args)
-        inverse, coupling = _inverse_inertia(system.inertia(q, args), _is_diagonal(system))
+        inertia = system.structured_inertia(q, args)
+        inverse, coupling = _inverse_inertia(inertia.matrix, inertia.structure == "diagonal")
         force = system.generalized_force(t0, q, omega, args, potential_force)
         # The multipliers of the continuous motion, d²|q_i|²/dt² = 0:
         # Σ_j W_ij λ_j (q_i·q_j) = q_i·(W F)_i + |v_i|², in the unknowns W_jj λ_j/2.
@@ -383,8 +382,8 @@ class Rattle(_AbstractEmbedded):
                 return _solve_small(2.0 * half_jacobian(z), r)
 
             z, _, converged = newton_root(
-                residual, dt**2 * _rate_guess(state, dt), rtol=self.rtol,
-                atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled, jacobian_solve=newton_step,
+                residual, dt**2 * _rate_guess(state, dt), **self.newton.options,
+                unrolled=self.unrolled, jacobian_solve=newton_step,
             )
             result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
         e = displacement(z)
@@ -425,8 +424,3 @@ def _rate_guess(state, dt):
     in time, is off by O(h): Newton's first update was ~2 % of z on VI-8KL's sub-steps.)
     """
     return state.rate + state.rate_slope * 0.5 * (state.last_dt + dt) + 0.5 * dt * state.asymmetry
-
-
-def _is_diagonal(system) -> bool:
-    """Whether M is known to be diagonal before compiling (`LagrangianSystem.inertia_structure`)."""
-    return getattr(system, "inertia_structure", None) == "diagonal"

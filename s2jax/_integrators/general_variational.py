@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from .._custom_types import Array, Float
 from .._general_system import GeneralLagrangianSystem, pinned_tangent
 from .._geometry import cayley_rotate
-from .._newton import newton_root
+from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._system import AbstractSystem
 from .base import AbstractIntegrator, check_finite, check_system_type
@@ -69,14 +69,11 @@ class GeneralVariationalIntegrator(AbstractIntegrator):
 
     **Arguments:**
 
-    - `rtol`, `atol`: Newton's stopping tolerances (see `newton_root`); the defaults leave
-      round-off.
-    - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    - `newton`: Newton's stopping rule and iteration cap (`NewtonSettings`); the defaults leave
+      round-off; reaching its cap gives `RESULTS.newton_failed`.
     """
 
-    rtol: float = 1e-12
-    atol: float = 1e-12
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings()
 
     system_type: ClassVar[type[AbstractSystem]] = GeneralLagrangianSystem
     order: ClassVar[int] = 2
@@ -93,7 +90,7 @@ class GeneralVariationalIntegrator(AbstractIntegrator):
         check_system_type(self, system)
         q, omega = y
         lagrangian, params = system.lagrangian, args.params
-        newton = dict(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
+        newton = dict(**self.newton.options)
         momentum = jnp.cross(q, system.ambient_momentum(q, omega, args))
         impulse = momentum + 0.5 * dt * jnp.cross(q, system.nonconservative_force(t0, q, omega, args))
 

@@ -88,7 +88,7 @@ import jax.numpy as jnp
 
 from .._custom_types import Array, Float
 from .._geometry import cayley_rotate
-from .._newton import newton_root
+from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._system import AbstractSystem, LagrangianSystem
 from .base import AbstractIntegrator, check_finite
@@ -123,13 +123,11 @@ class DiscreteHamelIntegrator(AbstractIntegrator):
 
     **Arguments:**
 
-    - `rtol`, `atol`: Newton stops once max|δω̄| ≤ atol + rtol·max|ω̄| (see `newton_root`).
-    - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    - `newton`: Newton stops once max|δω̄| ≤ atol + rtol·max|ω̄|, or after `max_steps`
+      iterations with `RESULTS.newton_failed` (`NewtonSettings`).
     """
 
-    rtol: float = 1e-12
-    atol: float = 1e-12
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings()
 
     system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
     order: ClassVar[int] = 2
@@ -157,7 +155,7 @@ class DiscreteHamelIntegrator(AbstractIntegrator):
 
         guess = omega + 0.5 * dt / mass * state.torque
         mean_omega, _, converged = newton_root(
-            residual, guess, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps
+            residual, guess, **self.newton.options
         )
         q_next, torque = rotate(mean_omega)
         # (20) as written, rather than 2ω̄ − ω_k: the two agree once Newton has converged,

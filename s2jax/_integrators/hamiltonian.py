@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from .._custom_types import Array, Float
 from .._geometry import dot
 from .._hamiltonian import HamiltonianSystem
-from .._newton import newton_root
+from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._system import AbstractSystem
 from .base import AbstractIntegrator, check_finite, check_system_type
@@ -80,13 +80,10 @@ class HamiltonianRattle(AbstractIntegrator):
 
     **Arguments:**
 
-    - `rtol`, `atol`: Newton's stopping tolerances (see `newton_root`).
-    - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    - `newton`: Newton's stopping rule and iteration cap (`NewtonSettings`).
     """
 
-    rtol: float = 1e-12
-    atol: float = 1e-12
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings()
 
     system_type: ClassVar[type[AbstractSystem]] = HamiltonianSystem
     order: ClassVar[int] = 2
@@ -126,7 +123,7 @@ class HamiltonianRattle(AbstractIntegrator):
             return jnp.stack([r_p, r_q, r_c], axis=1).reshape(3 * n, 3)
 
         guess = jnp.stack([p, q + dt * dkdp_start, jnp.zeros_like(q)], axis=1).reshape(3 * n, 3)
-        z, _, converged = newton_root(residual, guess, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
+        z, _, converged = newton_root(residual, guess, **self.newton.options)
         z = z.reshape(n, 3, 3)
         p_half, q_next = z[:, 0], z[:, 1]
         force_next = system.nonconservative_force(t0 + dt, q_next, omega, args)

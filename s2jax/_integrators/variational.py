@@ -26,7 +26,7 @@ from jax import lax
 from .._block_elimination import MAX_UNROLLED_BODIES, block_factor, block_solve
 from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
-from .._newton import newton_root
+from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
 from .._system import AbstractSystem, LagrangianSystem
@@ -272,16 +272,13 @@ class VariationalIntegrator(AbstractIntegrator):
 
     **Arguments:**
 
-    - `rtol`, `atol`: the iterations stop once the error left in f is estimated below
-      atol + rtol·max|f| (see `newton_root`); the defaults leave round-off.
-    - `max_steps`: the iteration cap; reaching it gives `RESULTS.newton_failed`.
+    - `newton`: the stopping rule and iteration cap of Newton's method on f (`NewtonSettings`;
+      the defaults leave round-off).
     - `unrolled`: iterations run before the `while_loop` tests convergence (two suffice from
       the extrapolated guess); more only cost time, never change the root beyond round-off.
     """
 
-    rtol: float = 1e-12
-    atol: float = 1e-12
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings()
     unrolled: int = 2
 
     system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
@@ -292,7 +289,8 @@ class VariationalIntegrator(AbstractIntegrator):
 
     def init(self, system, t0, y0, args):
         q, omega = y0
-        momentum = _momentum(q, omega, system.inertia(q, args), args.chain)
+        inertia = system.structured_inertia(q, args)
+        momentum = _momentum(q, omega, inertia.matrix, inertia.chain)
         # f/h ≈ ω/2 at the step's midpoint (to O(h²), the VI being symmetric): at t₀, the
         # midpoint of a step of length 0, the rate is ω₀/2 and its slope ω̇₀/2 (2.11).
         rate = 0.5 * omega
@@ -316,7 +314,8 @@ class VariationalIntegrator(AbstractIntegrator):
 
     def _step(self, system, t0, dt, y, args, state, *, velocity):
         q, omega = y
-        inertia = system.inertia(q, args)
+        structured = system.structured_inertia(q, args)
+        inertia, chain = structured.matrix, structured.chain
         force = system.generalized_force(t0, q, omega, args, state.potential_force)
         mass = matrix_diagonal(inertia)[:, None]
         # h A(q_k) ω_k from the right side of the last step's (3.13) (`ImplicitState.momentum`).
@@ -334,32 +333,32 @@ class VariationalIntegrator(AbstractIntegrator):
             # (3.16) with (F_j − I) q_j written by `cayley_displacement`.
             displacement = cayley_displacement(f, q)
             return 2.0 * mass * f / (1.0 + dot(f, f)[:, None]) + jnp.cross(
-                q, _coupled(inertia, displacement, args.chain)
+                q, _coupled(inertia, displacement, chain)
             ) - d
 
         if q.shape[0] == 1:
             f, solvable = _one_body_cayley(d, mass)
             converged, failure = solvable, RESULTS.step_too_large
             q_next = cayley_rotate(f, q)
-        elif q.shape[0] == 2 or args.chain is not None:
+        elif q.shape[0] == 2 or chain is not None:
             if q.shape[0] == 2:
                 # Any two bodies (the double pendulum): Newton in tangent-plane coordinates.
                 t, squared, converged = two_body_newton(
                     q, -jnp.cross(q, d), _tangent_guess(q, dt * guess), inertia,
-                    rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
+                    **self.newton.options, unrolled=self.unrolled,
                 )
                 f, q_next, solvable = _rotation_of_tangent(q, t, squared)
             else:
                 f, q_next, converged, solvable = _displacement_newton(
-                    q, d, dt * guess, inertia, args.chain,
-                    rtol=self.rtol, atol=self.atol, max_steps=self.max_steps, unrolled=self.unrolled,
+                    q, d, dt * guess, inertia, chain,
+                    **self.newton.options, unrolled=self.unrolled,
                 )
             failure = RESULTS.where(solvable, RESULTS.newton_failed, RESULTS.step_too_large)
             converged = converged & solvable
         else:
             f0 = dt * guess
             f, _, converged = newton_root(
-                cayley_residual, f0, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
+                cayley_residual, f0, **self.newton.options,
                 unrolled=self.unrolled, approximate_inverse=_chord_solve(f0, q, inertia),
                 jacobian_solve=lambda f, r: block_solve(cayley_jacobian(f, q, inertia), r),
             )
@@ -372,7 +371,7 @@ class VariationalIntegrator(AbstractIntegrator):
         # Products with 1/h, not divisions by h: a division is several times slower, and XLA
         # turns one by a constant h into a product but not one by a traced h.
         inverse_dt = 1.0 / dt
-        impulse = jnp.cross(q_next, inertia_times(inertia, displacement, args.chain)) * inverse_dt
+        impulse = jnp.cross(q_next, structured.times(displacement)) * inverse_dt
 
         def momentum(force_next):
             return impulse + 0.5 * dt * jnp.cross(q_next, force_next)
@@ -381,7 +380,7 @@ class VariationalIntegrator(AbstractIntegrator):
             omega_next, force_next, solved = forced_velocity_update(
                 system, t0 + dt, q_next, omega, args, potential_force,
                 lambda force_next: system.solve_operator(q_next, momentum(force_next), args),
-                rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
+                **self.newton.options,
             )
         else:
             # A lazy step: ω_{k+1} is left for `velocity`; y carries ω_k (stale).
@@ -411,13 +410,11 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
     rotation solves (3.14): the step is too large, and the step returns
     `RESULTS.step_too_large` instead of a NaN. `simulate` rejects a non-diagonal M.
 
-    **Arguments** (used only for a force that depends on ω): `rtol`, `atol`, `max_steps` of
+    **Arguments** (used only for a force that depends on ω): `newton` (`NewtonSettings`) of
     Newton's method on (3.18), as for `VariationalIntegrator`.
     """
 
-    rtol: float = 1e-12
-    atol: float = 1e-12
-    max_steps: int = 20
+    newton: NewtonSettings = NewtonSettings()
 
     system_type: ClassVar[type[AbstractSystem]] = LagrangianSystem
     order: ClassVar[int] = 2
@@ -442,7 +439,7 @@ class ExplicitVariationalIntegrator(AbstractIntegrator):
 
         omega_next, _, solved = forced_velocity_update(
             system, t0 + dt, q_next, omega, args, potential_force, update,
-            rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
+            **self.newton.options,
         )
         result = RESULTS.where(jnp.all(slack >= 0), RESULTS.successful, RESULTS.step_too_large)
         result = RESULTS.where(solved, result, RESULTS.newton_failed)
