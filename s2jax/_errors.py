@@ -25,8 +25,8 @@ def error_if(tree, failed, check: Callable[..., None], *operands):
 
     `failed` (a boolean array, computed in the graph) says whether `check` would raise; `check`
     raises to report the error. The host is called only then: a `lax.cond` on `jnp.any(failed)`
-    holds the callback, so a run that succeeds pays no host round trip (measured 0.12 ms per
-    call on a 2-core CPU, more than a 10³-step simulation of two bodies). Under `jax.vmap` the
+    holds the callback, so a run that succeeds pays no host round trip (its cost, measured: see
+    docs/performance.md, "Host checks"). Under `jax.vmap` the
     condition is batched, JAX then runs both branches as a select, and the host sees the whole
     batch (`vmap_method="broadcast_all"`), so a message can name the batch index.
 

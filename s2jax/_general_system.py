@@ -1,24 +1,10 @@
 """Any regular Lagrangian L(q, q̇) on (S²)ⁿ, its equations of motion derived by autodiff.
 
-`LagrangianSystem` covers the class (2.2) of 002, a constant inertia matrix M. Lee–Leok–
-McClamroch 2015 (001) write the Euler–Lagrange equations for any L(q, q̇) on (S²)ⁿ: with the
-variations δq_i = ξ_i × q_i of 001 (5), Hamilton's principle with the generalized forces f_i
-of 001 (10) gives, per body,
-
-    q_i × (d/dt ∂L/∂q̇_i − ∂L/∂q_i − f_i) = 0,                                    (001 (11))
-
-which for L = ½ Σ m_ij(q) q̇_i·q̇_j − V(q) is 001 (13), and in (q, ω) with q̇_i = ω_i × q_i is
-001 (17)/(19). Here nothing is expanded by hand: with p_i(q, ω) = ∂L/∂q̇_i(q, ω × q) ∈ ℝ³,
-
-    d/dt p_i = ∂p_i/∂q · q̇ + ∂p_i/∂ω · ω̇,
-
-a Jacobian–vector product, affine in ω̇. Its ω̇-part is −Σ_j q̂_i H_ij q̂_j ω̇_j with H_ij the 3 × 3
-block ∂²L/∂q̇_i∂q̇_j: a general block, which m_ij(q) I₃ of 001 (11) is a case of, and which may
-also depend on q̇ (L need not be quadratic in q̇, only regular). Terms of L linear in q̇ (a
-rotating frame, a magnetic field) enter through ∂p/∂q · q̇ and ∂L/∂q. The normal component of
-each equation is identically zero; it is replaced by ω̇_i·q_i = 0 (which follows from
-ω_i·q_i = 0 and q̇_i ⊥ ω_i), so the 3n × 3n system is nonsingular for a regular L and solved
-by block elimination.
+Per body q_i × (d/dt ∂L/∂q̇_i − ∂L/∂q_i − f_i) = 0, 001 (11) (in (q, ω): (17)/(19)), with
+d/dt ∂L/∂q̇_i a Jacobian–vector product affine in ω̇ and the normal component of each equation
+replaced by ω̇_i·q_i = 0, so the 3n × 3n system is nonsingular for a regular L and solved by block
+elimination. `LagrangianSystem` covers the class (2.2) of 002, a constant M. Derivation:
+docs/api/systems.md.
 """
 
 from typing import ClassVar

@@ -1,24 +1,9 @@
 """Mechanical systems on (S²)ⁿ given by a Hamiltonian H(q, μ): 001 §IV by autodiff.
 
-Lee–Leok–McClamroch 2015 (001) write Hamilton's equations on T*(S²)ⁿ in two momenta:
-
-- μ_i = (I₃ − q_i q_iᵀ) ∂L/∂q̇_i, 001 (20), conjugate to q̇_i, tangent (μ_i ⊥ q_i), with
-  H(q, μ) = Σ_i μ_i·q̇_i − L, 001 (21), and
-
-      q̇_i = (I₃ − q_i q_iᵀ) ∂H/∂μ_i,                                           (23)
-      μ̇_i = −(I₃ − q_i q_iᵀ)(∂H/∂q_i − f_i) + ∂H/∂μ_i × (μ_i × q_i);            (24)
-
-  (25)–(27) are the case H = ½ Σ μ_jᵀ m^I_jk(q) μ_k + U(q), which autodiff covers.
-- π_i = q_i × μ_i, 001 (28), conjugate to ω_i (also ⊥ q_i; μ_i = π_i × q_i), with the
-  modified Hamiltonian H̃(q, π) = H(q, π × q), 001 (29), and
-
-      q̇_i = −q_i × ∂H̃/∂π_i,                                                    (31)
-      π̇_i = −q_i × ∂H̃/∂q_i + ∂H̃/∂π_i × π_i + q_i × f_i.                         (32)
-
-The user writes H in the first form, H(q, p, params) with p = μ. Only its values at
-|q_i| = 1, p_i ⊥ q_i matter: (23)–(24) are unchanged when H is changed by multiples of
-|q_i|² − 1 or q_i·p_i (the extra terms cancel between the projection and the cross product),
-so any smooth extension of H to ℝ³ⁿ × ℝ³ⁿ gives the same flow.
+Hamilton's equations (23)–(24) of 001 in the tangent momentum μ_i = (I₃ − q_i q_iᵀ) ∂L/∂q̇_i (20),
+and (31)–(32) in π_i = q_i × μ_i (28) with H̃(q, π) = H(q, π × q) (29). The user writes
+H(q, p, params) with p = μ; only its values at |q_i| = 1, p_i ⊥ q_i matter. Derivation:
+docs/api/systems.md.
 """
 
 from collections.abc import Callable

@@ -93,12 +93,10 @@ def newton_root(
     each step at the stored root, with no iterations. That is why every path, the `jax.jacfwd`
     one included, goes through `_structured_root`: under `jax.lax.custom_root` (which the
     default path used until 2026-11) the name is not seen, and the iterations ran again
-    (a `CheckpointedAdjoint` gradient of 2000 steps of the `GeneralVariationalIntegrator` on
-    the ellipsoid pendulum took 13.9 → 9.5 ms on a 2-core Intel Xeon, with the forward pass
-    unchanged). On one dense solve of (3.16) the default path took 85–141 µs against 31–38 µs for
-    optimistix's Newton + `ImplicitAdjoint` (`benchmarks/gradients.py` up to 3f353aa; it now
-    times a Newton of the same form written in the benchmark, on the public API only), a
-    per-call overhead that made no difference measured inside simulations.
+    (measured: see docs/performance.md, "Keeping the Newton roots"). On one dense solve of
+    (3.16) the default path is slower than optimistix's Newton + `ImplicitAdjoint`, a per-call
+    overhead that made no difference measured inside simulations (measured: see
+    docs/performance.md, "Newton's method against optimistix").
 
     **Returns:** `(x, num_steps, converged)`.
     """

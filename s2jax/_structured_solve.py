@@ -1,20 +1,9 @@
 """O(n) solves of the operator A of (2.11)/(3.13) for chains, M_ij = c_{max(i,j)} l_i l_j.
 
-For ω_i ⊥ q_i and |q_i| = 1, row i of A ω is q_i × Σ_j M_ij v_j with v_j = ω_j × q_j = q̇_j
-(002 (2.11)), so A ω = b says: the tangential part of (M v)_i is g̃_i = −q_i × b_i. For a chain
-(001 §V: links of length l_i carrying the masses m_k, c_i = Σ_{k ≥ i} m_k) with u_j = l_j v_j,
-the velocity of mass k is X_k = Σ_{j ≤ k} u_j and (M v)_i = l_i Π_i, Π_i = Σ_{k ≥ i} m_k X_k the
-momentum carried beyond joint i. The conditions P_i Π_i = g_i = g̃_i / l_i are solved as
-articulated-body algorithms do: from the tip, Π_{i+1} = κ_{i+1} q_{i+1} (q_{i+1}·X_i) + z_{i+1}
-(the articulated inertia beyond a joint is rank one), so on link i, with J_i = m_i I + κ_{i+1}
-q_{i+1} q_{i+1}ᵀ (inverted by Sherman–Morrison), w_i = J_i⁻¹ q_i and s_i = q_i·w_i,
-
-    u_i = G_i (g_i − z_{i+1} − J_i X_{i−1}),  G_i = J_i⁻¹ − w_i w_iᵀ / s_i  (u_i ⊥ q_i),
-    κ_i = 1 / s_i,  z_i = g_i − q_i (w_i·(g_i − z_{i+1})) / s_i.
-
-A backward sweep gives (w, s, κ, z), a forward sweep the u_i; then ω_i = q_i × u_i / l_i plus
-the normal part (q_i·b_i) q_i / M_ii that A's diagonal blocks M_ii I give. O(n) work, against
-O(n³) for a dense solve.
+A ω = b is solved as articulated-body algorithms do (the articulated inertia beyond a joint is rank
+one, J_i inverted by Sherman–Morrison): a backward sweep from the tip, a forward sweep for the
+u_i = l_i q̇_i, then ω_i = q_i × u_i / l_i plus the normal part (q_i·b_i) q_i / M_ii. O(n) work,
+against O(n³) for a dense solve. Derivation: docs/api/systems.md; timings: docs/performance.md.
 """
 
 import jax
@@ -26,14 +15,13 @@ from ._custom_types import Array, Float
 from ._geometry import dot
 
 # From this many links the O(n) recursion (two `lax.scan`s) beats the unrolled 3 × 3 block
-# elimination (measured: n = 8 took 110 µs per VI step by elimination against 20 µs at n = 16
-# by the recursion); the double pendulum keeps the elimination.
+# elimination (measured: see docs/performance.md, "Chain solves"); the double pendulum keeps the
+# elimination.
 MIN_CHAIN_BODIES = 3
 # Up to this many bodies `inertia_times` writes M x out elementwise, and up to `_UNROLLED_LINKS`
 # links the sweeps of `_articulated_sweeps` are unrolled: the fastest choices for both the VI and
-# `RungeKutta4` on the chain pendulum (2-core CPU, loops compiled whole, see `_jit`; e.g. n = 4:
-# VI 0.77 and RK4 0.57 µs per step, against 1.07 and 0.60 with M x by prefix sums and 1.18 and
-# 0.92 with the sweeps as `lax.scan`s).
+# `RungeKutta4` on the chain pendulum (loops compiled whole, see `_jit`; measured against M x by
+# prefix sums and the sweeps as `lax.scan`s: see docs/performance.md, "Chain solves").
 _ELEMENTWISE_BODIES = 8
 _UNROLLED_LINKS = 4
 
@@ -89,8 +77,8 @@ def is_chain(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
     `chain_parameters` and masses c_i − c_{i+1} > 0, to 1e-12 relative. `chain_factors` decides
     with it for a concrete M; `simulate` checks it in the graph where a chain was declared or
     recognised before the params' values were known. A numpy M is decided in numpy, as in
-    `is_diagonal` (eager jnp, an operation dispatched at a time, cost 2–4 ms of every `simulate`
-    call on a 2-core CPU)."""
+    `is_diagonal` (eager jnp dispatches an operation at a time; its cost, measured: see
+    docs/performance.md, "Chain solves")."""
     xp = np if isinstance(inertia, np.ndarray) else jnp
     lengths, carried = chain_parameters(inertia)
     n = inertia.shape[0]
@@ -156,7 +144,7 @@ def _articulated_sweeps(
 ) -> Float[Array, "n 3"]:
     """u = (l_i v_i) with P_{q_i} Π_i = g_i and p_i·u_i = 0 (`p` None: p = q), in two sweeps.
 
-    The recursion of the module docstring with the unknowns in the planes ⊥ p_i rather than
+    The recursion of docs/api/systems.md with the unknowns in the planes ⊥ p_i rather than
     ⊥ q_i: the articulated inertia beyond joint i + 1 is then κ q pᵀ, not symmetric, so
     with J_i = m_i I + κ_{i+1} q_{i+1} p_{i+1}ᵀ both w_i = J_i⁻¹ q_i and w̃_i = J_i⁻ᵀ p_i enter:
     s_i = p_i·w_i, κ_i = 1/s_i, z_i = g_i − q_i (w̃_i·(g_i − z_{i+1}))/s_i and
@@ -166,8 +154,7 @@ def _articulated_sweeps(
     β_i = κ_{i+1}/(m_i + κ_{i+1} p_{i+1}·q_{i+1}) (J⁻ᵀ: q and p swapped), shares β_i between
     w_i, w̃_i and the forward sweep's J_i⁻¹ r_i; with 1/m_i computed once and κ_i reused, a link
     costs two divisions. The sweeps are a chain of dependent operations, and a division takes
-    several times as long as a product (two links: `tilted_chain_solve` 42 → 31 ns,
-    `chain_solve` 45 → 34 ns).
+    several times as long as a product (measured: see docs/performance.md, "Chain solves").
     """
     symmetric = p is None
     p = q if symmetric else p

@@ -1,19 +1,11 @@
 """Mechanical systems on (S²)ⁿ: everything an integrator needs, derived once, by autodiff.
 
-An integrator never differentiates the model. It asks its system for the inertia, the
-potential gradient, the generalized forces of 001 (10)–(11), the Legendre map and its
-inverse, the energy and the continuous equations of motion. `AbstractSystem` is that
-interface; `LagrangianSystem` implements it for the class (2.2) of Lee–Leok–McClamroch 2009
-(002),
-
-    L(q, q̇) = ½ Σ_ij M_ij q̇_i·q̇_j − V(q),
-
-recovering V = −L(q, 0), ∂V/∂q = −∂L/∂q(q, 0) and the constant inertia matrix M from the
-Hessian ∂²L/∂q̇_i∂q̇_j = M_ij I₃. Systems with a configuration-dependent inertia m_ij(q)
-(001 (11)) or given by a Hamiltonian are further implementations of the same interface.
-
-Every method takes a `SystemArgs`: the model's params, the control held over the current
-step, and what the system computes once per simulation (`AbstractSystem.prepare`).
+`AbstractSystem` is what an integrator asks for instead of differentiating the model: the inertia,
+∂V/∂q, the generalized forces of 001 (10)–(11), the Legendre map and its inverse, the energy and the
+equations of motion. `LagrangianSystem` implements it for the class (2.2) of 002,
+L = ½ Σ_ij M_ij q̇_i·q̇_j − V(q), recovering V, ∂V/∂q and the constant M from L by autodiff. Every
+method takes a `SystemArgs` (params, the control held over the step, what `prepare` computes once).
+Derivation: docs/api/systems.md.
 """
 
 import abc

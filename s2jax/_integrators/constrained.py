@@ -1,52 +1,12 @@
 """Störmer–Verlet and RATTLE on the embedded equations of point masses on spheres (004 §VI).
 
-Each body is a point x = q_i of ℝ³ with velocity v = q̇_i = ω_i × q_i and mass m = M_ii (a point
-mass m at radius r has M_ii = m r² in the unit-vector variable q), under the force
-F_i = −∂V/∂q_i. 004's (25)–(26) are written for one body on the unit sphere under gravity;
-with m → M_ii and −m g e₃ → F_i they read, body by body, in velocity form,
-
-    ẋ = v,   m v̇ = f(x, v) = F − (x·F) x − m |v|² x.                                (25)–(26)
-
-This is the index reduction of m ẍ = F − λ x, |x|² = 1: differentiating the constraint twice
-at |x| = 1 gives λ = x·F + m |v|². The manifold {|x| = 1, x·v = 0} is invariant, but (26) is
-not projected onto it: off it, a = |x|² − 1 and b = x·v obey ȧ = 2b, ḃ = −(κ/m) a with
-
-    κ = m |v|² + x·F,
-
-the magnitude of the constraint force −κ x. Deviations oscillate where κ > 0 (the link is in
-tension, as for a hanging pendulum; a κ that varies along the motion can still pump them) and
-grow like exp(√(2|κ|/m) t) where κ < 0 (the constraint pushes outward: a slow pendulum above
-the equator). κ depends on ∂V/∂q off the sphere, through x·F.
-
-What follows is for a diagonal M, as 004 has it. `Rattle` also takes a coupled M (a chain's,
-the double pendulum's): the bodies then share the mass matrix M ⊗ I₃ and the n multipliers
-solve coupled quadratics (see its docstring), and the map is 002's variational integrator.
-
-**Störmer–Verlet ≡ RATTLE on the manifold.** One step of the generalised Störmer–Verlet
-method below from |x_n| = 1, x_n·v_n = 0 gives, with x_n·f(x_n, ·) = −m |v_{n+1/2}|²,
-
-    x_n·v_{n+1/2} = −h/2 |v_{n+1/2}|²,   |x_{n+1}|² = 1 + 2h x_n·v_{n+1/2} + h² |v_{n+1/2}|² = 1,
-    x_{n+1}·v_{n+1} = x_n·v_{n+1/2} + h |v_{n+1/2}|² − h/2 |v_{n+1/2}|² = 0,
-
-exactly: the step stays on the manifold, with the multipliers λ_n = x_n·F_n + m|v_{n+1/2}|²,
-μ_n = x_{n+1}·F_{n+1} + m|v_{n+1/2}|², which solve RATTLE's constraint equations (the small
-root). In exact arithmetic the two methods are one map; they differ only in floating point,
-where RATTLE re-imposes the constraints every step and Störmer–Verlet carries the round-off
-of |x| and x·v with the dynamics of a, b above (measured in `StormerVerlet`).
-
-**Doubts about 004 §VI–VII.** (1) The first Störmer–Verlet equation is called "linearly
-implicit"; through |p_{n+1/2}|² it is quadratic, a scalar quadratic per body solved here in
-closed form. (2) RATTLE's "nonlinear solve of dimension equal to the number of constraints"
-is, for spheres and a diagonal M, one scalar quadratic per body, also solved in closed form,
-so its cost does not grow faster than n. (3) By the identity above, the reported gap between
-Störmer–Verlet (|x| to 10⁻¹¹) and RATTLE (10⁻⁷) cannot come from the methods; 10⁻⁷ looks like
-the tolerance of the nonlinear solver 004 used. Here RATTLE holds |x| = 1 to ~10⁻¹⁶. (4) (26)
-is written for r = 1 although §VII uses r = 9.8 m; here the radius is inside M_ii and V.
-
-Both integrators keep v (the velocity in ℝ³) in their state and ignore the incoming ω, as
-`VariationalIntegrator` keeps its impulse: v's normal component x·v, nonzero off the manifold,
-is part of Störmer–Verlet's state and cannot be rebuilt from an ω with ω × x = v. The ω they
-return is x × v / |x|², the angular velocity of v's component tangent to the sphere through x.
+Each body is a point x = q_i ∈ ℝ³ with velocity v = q̇_i and mass m = M_ii under F_i = −∂V/∂q_i;
+004's (25)–(26) read, body by body, ẋ = v, m v̇ = f(x, v) = F − (x·F) x − m |v|² x (the index
+reduction of m ẍ = F − λ x, |x|² = 1). For a diagonal M a Störmer–Verlet step from |x| = 1,
+x·v = 0 stays on that manifold in exact arithmetic and is RATTLE's; the two differ only in floating
+point. `Rattle` also takes a coupled M, and is then 002's variational integrator. Both keep v in
+their state and return ω = x × v / |x|². Derivation and doubts about 004:
+docs/integrators/constrained.md, docs/papers.md.
 """
 
 from typing import ClassVar
@@ -122,9 +82,9 @@ class StormerVerlet(_AbstractEmbedded):
     A negative discriminant or β ≤ 0 (only for steps far beyond the method's stability) gives
     `RESULTS.step_too_large`. The step is explicit otherwise: one gradient of V per step.
 
-    **Unit length.** The step does not impose |q_i| = 1 (the module docstring shows it keeps
-    the manifold in exact arithmetic, and is then RATTLE), so |q_i| − 1 carries round-off with
-    the linearised dynamics ä = −(2κ/m) a. Measured in float64
+    **Unit length.** The step does not impose |q_i| = 1 (docs/integrators/constrained.md shows
+    it keeps the manifold in exact arithmetic, and is then RATTLE), so |q_i| − 1 carries
+    round-off with the linearised dynamics ä = −(2κ/m) a. Measured in float64
     (`tests/test_hamel_and_constrained.py`), max_k ||q_k| − 1|:
 
     - 004 §VII's hanging pendulum (κ > 0), 10⁴ steps of 0.2 s: 4.2e-15, round-off (004: 1e-11);
@@ -194,8 +154,8 @@ def _solve_small(matrix, rhs):
     y = x_{n+1} = x + O(h): (W ∘ Gram) diag(W)⁻¹, a positive definite matrix times a positive
     diagonal (up to O(h)), whose leading minors are positive, so every pivot is. It keeps the
     steps' loop free of LAPACK calls, which XLA's CPU compiler does not compile into a whole
-    loop (`s2jax._jit`): with `jnp.linalg.solve` a 3-link chain took 3.6 µs per step against
-    the VI's 0.5."""
+    loop (`s2jax._jit`; `jnp.linalg.solve` instead, measured: see docs/performance.md,
+    "RATTLE's solves")."""
     n = matrix.shape[0]
     if n == 1:
         return rhs / matrix[0, 0]
@@ -280,8 +240,7 @@ class Rattle(_AbstractEmbedded):
     (3.13). So the two integrators give one trajectory (to round-off,
     `tests/test_hamel_and_constrained.py`), and RATTLE's is cheaper to compute: its unknowns
     are the n multipliers, not 2n tangent coordinates, and its iterations have no square root
-    (two bodies: about half the VI's time per step, `benchmarks/step_speed.py`; see below for
-    more). It holds
+    (measured: see docs/performance.md). It holds
     |q_i| = 1 to one step's round-off (the constraint is solved afresh each step, where
     rotations carry the round-off of |q_i| along). It takes no force that depends on ω.
 
@@ -302,14 +261,11 @@ class Rattle(_AbstractEmbedded):
     Σ_j R_ij (x_i·x_j) ν_j = x_i·u_i for the projection v_{n+1} = u − Σ_j R_ij ν_j x_j,
     u = v_{n+1/2} + h/2 W F(x_{n+1}). For n = 2 all solves are written out, up to 8 bodies
     they are Gaussian elimination unrolled over rows (`_solve_small`), beyond that LU; an
-    iteration is O(n³) work (the VI's chain path is O(n)). Chain pendulum, h = 0.01, µs per
-    step on a 2-core AMD EPYC (`benchmarks/step_speed.py`): n = 2, 0.10 against the VI's 0.22;
-    n = 4, 0.28 against 0.77; n = 8, 1.13 against 1.22 (an ad-hoc script: n = 3, 0.21 against
-    0.67; with an LU from n = 3, which keeps the loop from compiling whole, 3.6 µs at n = 3 and
-    7.9 at n = 8). Where M is diagonal (R = I; known before
-    compiling, `LagrangianSystem.inertia_structure == "diagonal"`, which `simulate` sets from
-    concrete params) the quadratics decouple into 004's one per body, solved in closed form
-    (`_diagonal_multipliers`), O(n) per step.
+    iteration is O(n³) work (the VI's chain path is O(n); measured on the chain pendulum, with
+    and without an LU from n = 3: see docs/performance.md, "RATTLE's solves"). Where M is
+    diagonal (R = I; known before compiling, `LagrangianSystem.inertia_structure == "diagonal"`,
+    which `simulate` sets from concrete params) the quadratics decouple into 004's one per body,
+    solved in closed form (`_diagonal_multipliers`), O(n) per step.
 
     The constraints are solved from scratch every step, so |q_i| − 1 and q_i·v_i stay at the
     round-off of one step (~1e-16) however long the run; the energy error is O(h²) and

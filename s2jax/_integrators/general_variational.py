@@ -1,25 +1,10 @@
 """The variational integrator of the trapezoidal discrete Lagrangian, for any regular L on (S²)ⁿ.
 
-002 builds its integrators from the discrete Lagrangian (3.1) of the class (2.2). For any L,
-
-    L_d(q_k, q_{k+1}) = h/2 L(q_k, Δ/h) + h/2 L(q_{k+1}, Δ/h),   Δ = q_{k+1} − q_k,
-
-the trapezoidal rule with the velocity Δ/h. For L = ½ Σ M_ij q̇_i·q̇_j − V(q) it is (3.1) term by
-term, so the integrator below is the one of (3.10)–(3.13) on those systems (to the Newton
-tolerance). The midpoint rule L_d = h L((q_k + q_{k+1})/2, Δ/h) would evaluate V and m_ij off
-the sphere at |(q_k + q_{k+1})/2| < 1 and is not (3.1); trapezoidal evaluates L only on (S²)ⁿ.
-L_d is symmetric, L_d(q_k, q_{k+1}; −h) = −L_d(q_{k+1}, q_k; h), so the method is symmetric
-and of order 2.
-
-The forced discrete Euler–Lagrange equations (discrete Lagrange–d'Alembert, the
-non-conservative force f with weight h/2 at both ends of the step) with the momenta of the
-discrete Legendre maps, restricted to the variations δq_i = ξ_i × q_i as in 002 (3.4)–(3.9):
-
-    q_k × p_k       = q_k × (−D₁L_d(q_k, q_{k+1}) − h/2 f_k),
-    q_{k+1} × p_{k+1} = q_{k+1} × (D₂L_d(q_k, q_{k+1}) + h/2 f_{k+1}),
-
-and p = ∂L/∂q̇ (the continuous Legendre map) at both ends. The first is solved for
-q_{k+1} = cay(f) q_k (002 (3.11), f ⊥ q_k); the second for ω_{k+1} (ω_{k+1} ⊥ q_{k+1}).
+L_d(q_k, q_{k+1}) = h/2 L(q_k, Δ/h) + h/2 L(q_{k+1}, Δ/h), Δ = q_{k+1} − q_k, is (3.1) of 002 term
+by term for L of the form (2.2), and symmetric, so the method is of order 2. The forced discrete
+Euler–Lagrange equations, restricted to δq_i = ξ_i × q_i as in 002 (3.4)–(3.9), are solved for
+q_{k+1} = cay(f) q_k (002 (3.11)), then for ω_{k+1} ⊥ q_{k+1}. Derivation, and why not the
+midpoint rule: docs/integrators/general.md.
 """
 
 from typing import ClassVar

@@ -1,20 +1,11 @@
 """The variational integrators of Lee–Leok–McClamroch 2009 (002) on (S²)ⁿ.
 
-Both come from the discrete Lagrangian (3.1),
-
-    L_d(q_k, q_{k+1}) = 1/(2h) Σ_ij M_ij Δ_i·Δ_j − h/2 V(q_k) − h/2 V(q_{k+1}),  Δ = q_{k+1} − q_k,
-
-by the discrete Hamilton principle and the discrete Legendre maps (3.8)–(3.9). The
-configuration is advanced by rotations, q_{i,k+1} = F_i q_{i,k} with F_i ∈ SO(3) (3.7), so
-|q_i| = 1 holds to round-off without any projection. Both are symmetric, symplectic, second
-order, and preserve the momentum maps of the symmetries of L.
-
-Where (3.10) and (3.12) write −h²/2 q_i × ∂V/∂q_i, the code writes +h²/2 q_i × F_i with the
-generalized force F = −∂V/∂q + f of 001 (10) (`AbstractSystem.generalized_force`): the discrete
-Lagrange–d'Alembert principle adds the non-conservative force f with weight h/2 at both ends of
-the step, F_k = F(t_k, q_k, ω_k, u_k) in (3.10) and F_{k+1} = F(t_{k+1}, q_{k+1}, ω_{k+1}, u_k)
-in (3.12)–(3.13). Without f the step is bitwise the conservative one. A force that depends on
-ω makes (3.13) implicit in ω_{k+1}; it is then solved by Newton's method.
+Both come from the discrete Lagrangian (3.1) by the discrete Hamilton principle and the discrete
+Legendre maps (3.8)–(3.9): the implicit one solves the Cayley equation (3.16) and steps by
+(3.10)–(3.13), the explicit one (diagonal M) by (3.17)–(3.18). The configuration is advanced by
+rotations q_{i,k+1} = F_i q_{i,k}, F_i ∈ SO(3) (3.7), so |q_i| = 1 holds to round-off. Forces enter
+as +h²/2 q_i × F_i, F = −∂V/∂q + f of 001 (10), with weight h/2 at both ends of the step.
+Derivation and the forced (3.10)–(3.13): docs/integrators/variational.md.
 """
 
 from typing import ClassVar
@@ -136,9 +127,10 @@ def _displacement_newton(q, d, f0, inertia, chain, *, rtol, atol, max_steps, unr
     converge quadratically: from the extrapolated guess of `VariationalIntegrator` (O(h³)) two
     per step at h = 0.01 on the 4-link chain, 2.6 at n = 32, 3.0 at n = 128. (Two bodies, any M,
     take the same Newton iterations in tangent-plane coordinates, `_two_body.two_body_newton`.
-    Chord iterations with the Jacobian at the guess, factorised once, were 4 % faster on the
-    double pendulum, but their error left is the linear-rate estimate itself: 10–1000 ulps on
-    30 % of the steps at two iterations, against ~K|δ₂|², round-off, here.) A term
+    Chord iterations with the Jacobian at the guess, factorised once, were faster on the
+    double pendulum (measured: see docs/performance.md), but their error left is the linear-rate
+    estimate itself: 10–1000 ulps on 30 % of the steps at two iterations, against ~K|δ₂|²,
+    round-off, here.) A term
     (q_i·t_i) q_i in the residual holds t_i ⊥ q_i and keeps its Jacobian nonsingular for the
     implicit-function derivative, which uses the true Jacobian at the root.
 
@@ -245,8 +237,8 @@ class VariationalIntegrator(AbstractIntegrator):
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step;
        for a chain (M_ij = c_{max(i,j)} l_i l_j), by Newton's method on the displacements with
        an O(n) solve (`_displacement_newton`); for any two bodies, by the same Newton iterations
-       in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`: 0.26 →
-       0.18 µs per step on Example 1); derivatives by the implicit function theorem with the
+       in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`; measured:
+       see docs/performance.md); derivatives by the implicit function theorem with the
        true Jacobian (for the displacements, the same structured solve; on the dense path,
        `cayley_jacobian` at the root, factorised once, not `jax.jacfwd`'s 3n residual passes).
        For a single body (3.16) is solved in closed form (`_one_body_cayley`).
@@ -262,8 +254,8 @@ class VariationalIntegrator(AbstractIntegrator):
     4. ω_{k+1} from the linear system (3.13) (`solve_operator`: block elimination, or O(n)
        for a chain). The next step needs only its right side A(q_{k+1}) ω_{k+1}, so unless a
        force depends on ω, `lazy_step` (what `simulate` takes between saves) skips this solve
-       and `velocity` does it at the saves: 0.275 → 0.249 µs per step on Example 1, and one
-       solve per step of a `Composition` instead of one per sub-step.
+       and `velocity` does it at the saves (measured: see docs/performance.md, "Lazy steps"), and
+       one solve per step of a `Composition` instead of one per sub-step.
 
     The state carried between steps holds −∂V/∂q(q_k) (each evaluation serves two steps),
     A(q_k) ω_k, and the starting point of the iterations, which does not change the solution:
