@@ -41,15 +41,16 @@ def _rotating_hamiltonian(q, p, params):
     return jnp.sum(p**2) / (2 * m * r**2) - rate * jnp.sum(p * frame) - m * g * r * q[0, 2]
 
 
-def _case(integrator):
-    """(model, params, q0, ω0, name of a float param to differentiate) for the integrator's kind."""
+def _case(integrator, cheapest=False):
+    """(model, params, q0, ω0, name of a float param to differentiate) for the integrator's kind;
+    with `cheapest`, one body wherever the kind allows it (a smaller program to compile)."""
     kind = integrator.system_type
     if kind is s2.HamiltonianSystem:
         model, params, state, key = s2.HamiltonianSystem(_rotating_hamiltonian), rotating.paper_params(), \
             rotating.paper_state(), "Omega"
     elif kind is s2.GeneralLagrangianSystem:
         model, params, state, key = rotating.lagrangian, rotating.paper_params(), rotating.paper_state(), "Omega"
-    elif integrator.requires_diagonal_inertia:
+    elif integrator.requires_diagonal_inertia or (cheapest and kind is s2.AbstractSystem):
         model, params, state, key = single.lagrangian, single.paper_params(), single.paper_state(), "g"
     else:
         assert issubclass(LagrangianSystem, kind)
@@ -139,19 +140,20 @@ def test_measured_order_is_the_declared_order(integrator):
 @pytest.mark.slow
 @pytest.mark.parametrize("integrator", FIXED_STEP, ids=_name)
 def test_jit_vmap_grad(integrator):
-    """jit and vmap give the eager run; each admissible adjoint's gradient matches differences."""
-    model, params, q0, omega0, key = _case(integrator)
+    """jit(vmap) gives the eager runs; each admissible adjoint's gradient matches differences."""
+    # The methods of the equations of motion on one body: XLA takes minutes to compile the
+    # reverse pass of RKMK4 on two (85 s against 43 s here, 2-core CPU, one run under load).
+    model, params, q0, omega0, key = _case(integrator, cheapest=True)
     options = dict(dt=0.02, num_steps=6, integrator=integrator)
 
     def final(p, q=q0, omega=omega0, adjoint=None):
         sol = s2.simulate(model, q, omega, p, adjoint=adjoint, **options)
         return jnp.sum(sol.q[-1] * jnp.array([[1.0, 2.0, 3.0]])) + jnp.sum(sol.omega[-1])
 
-    eager = final(params)
-    np.testing.assert_allclose(jax.jit(final)(params), eager, rtol=1e-13)
-    flipped = -omega0
-    batched = jax.vmap(lambda omega: final(params, omega=omega))(jnp.stack([omega0, flipped]))
-    np.testing.assert_allclose(batched, jnp.stack([eager, final(params, omega=flipped)]), rtol=1e-13)
+    # jit and vmap in one compiled program, against the members run eagerly one at a time
+    omegas = jnp.stack([omega0, -omega0])
+    batched = jax.jit(jax.vmap(lambda omega: final(params, omega=omega)))(omegas)
+    np.testing.assert_allclose(batched, jnp.stack([final(params, omega=w) for w in omegas]), rtol=1e-13)
 
     def along(value, adjoint=None):
         return final({**params, key: value}, adjoint=adjoint)

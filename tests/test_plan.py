@@ -94,10 +94,14 @@ def test_ilqr_drives_the_rotating_pendulum_to_rest_at_a_target():
     assert type(planned.integrator) is s2.GeneralVariationalIntegrator
     sol = planned.simulate(jnp.asarray(q0), jnp.asarray(omega0), ilqr.controls)
     assert sol.integrator == "GeneralVariationalIntegrator"
-    y = (jnp.asarray(q0), jnp.asarray(omega0))
-    for k in range(problem.num_steps):
-        y, result = planned.step(k * problem.dt, *y, ilqr.controls[k])
-        assert result == s2.RESULTS.successful
+    def step(y, xs):
+        k, u = xs
+        y, result = planned.step(k * problem.dt, *y, u)
+        return y, result
+
+    steps = (jnp.arange(problem.num_steps, dtype=float), ilqr.controls)
+    y, results = jax.jit(lambda y0: jax.lax.scan(step, y0, steps))((jnp.asarray(q0), jnp.asarray(omega0)))
+    assert bool(jnp.all(results._value == s2.RESULTS.successful._value))
     np.testing.assert_allclose(y[0], sol.q[-1], rtol=0, atol=1e-14)
     np.testing.assert_allclose(y[1], sol.omega[-1], rtol=0, atol=1e-12)
 
