@@ -7,7 +7,8 @@ given, and a Lagrangian is checked for the form (2.2) of 002. The docs' composit
 what each system kind can run.
 """
 
-import equinox as eqx
+from typing import NamedTuple
+
 import jax
 import jax.tree_util as jtu
 import numpy as np
@@ -26,6 +27,8 @@ from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem
 from ._validation import initial_state_is_valid, parameters_are_finite
 
+_AUTO = AutoIntegrator()  # `integrator=None` (one instance: a Module costs ~10 µs to build)
+
 # What each system kind asks of the model, for the error that refuses a pair.
 _DESCRIPTIONS = {
     LagrangianSystem: "a Lagrangian of the form (2.2) (a constant inertia matrix M)",
@@ -34,8 +37,11 @@ _DESCRIPTIONS = {
 }
 
 
-class Plan(eqx.Module):
+class Plan(NamedTuple):
     """What a run integrates: the system, the integrator, and which checks move into the graph.
+
+    A `NamedTuple` (a PyTree, `check_form` a static leaf under `filter_jit`) rather than an
+    `equinox.Module`: every eager call of `simulate` builds one, at a fifth of a Module's cost.
 
     **Fields:**
 
@@ -47,7 +53,7 @@ class Plan(eqx.Module):
 
     system: AbstractSystem
     integrator: AbstractIntegrator | AbstractAdaptiveIntegrator
-    check_form: bool = eqx.field(static=True, default=False)
+    check_form: bool = False
 
     def check_options(self, *, adjoint: AbstractAdjoint, controls, policy) -> None:
         """Raise a `ValueError` if the integrator cannot take the force, controls or adjoint."""
@@ -137,7 +143,7 @@ def plan(
     compiling, for a pair that cannot run, saying why and what to use instead.
     """
     if integrator is None:
-        integrator = AutoIntegrator()
+        integrator = _AUTO
     if not isinstance(integrator, (AbstractIntegrator, AbstractAdaptiveIntegrator, AutoIntegrator)):
         raise TypeError(f"`integrator` must be an s2jax integrator, got {integrator!r}")
     auto = isinstance(integrator, AutoIntegrator)
@@ -200,7 +206,7 @@ def _check_system_type(integrator, system, wanted) -> None:
     if isinstance(system, wanted):
         return
     try:
-        default = type(AutoIntegrator().select(system)).__name__
+        default = type(_AUTO.select(system)).__name__
     except ValueError:
         default = "no integrator by default"
     name = type(integrator).__name__

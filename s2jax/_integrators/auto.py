@@ -10,6 +10,10 @@ from .general_variational import GeneralVariationalIntegrator
 from .hamiltonian import HamiltonianRattle
 from .variational import ExplicitVariationalIntegrator, VariationalIntegrator
 
+# The integrators `select` returns: immutable, so one instance each serves every call.
+_EXPLICIT, _IMPLICIT = ExplicitVariationalIntegrator(), VariationalIntegrator()
+_GENERAL, _HAMILTONIAN = GeneralVariationalIntegrator(), HamiltonianRattle()
+
 
 class AutoIntegrator(eqx.Module):
     """The integrator chosen from the system and the structure of its inertia (after lineax's
@@ -38,11 +42,11 @@ class AutoIntegrator(eqx.Module):
         **Returns:** an `AbstractIntegrator` whose `system_type` admits `system`.
         """
         if isinstance(system, LagrangianSystem):
-            return ExplicitVariationalIntegrator() if structure == "diagonal" else VariationalIntegrator()
+            return _EXPLICIT if structure == "diagonal" else _IMPLICIT
         if isinstance(system, GeneralLagrangianSystem):
-            return GeneralVariationalIntegrator()
+            return _GENERAL
         if isinstance(system, HamiltonianSystem):
-            return HamiltonianRattle()
+            return _HAMILTONIAN
         raise ValueError(
             f"AutoIntegrator has no default for a {type(system).__name__}; pass integrator=..., e.g. "
             "RungeKutta4(), which needs only the system's equations of motion"
