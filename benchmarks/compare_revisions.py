@@ -7,8 +7,9 @@ A refactoring that claims "no slowdown" is checked here: the package at REV is e
 this checkout's `s2jax`, so both run in the same process on the same machine state. The two
 are timed in alternation (before, after, before, after, …) to spread the machine's noise
 evenly, on the step_cost systems: 002 Example 1 (implicit VI, RK4) and Example 2 (explicit VI).
-Each time is the median of 15 runs of 10⁴ steps through `simulate` (the call, checks included). Writes
-benchmarks/results/compare_revisions.json.
+Each time is the median of 15 runs of 10⁴ steps through `simulate` (the call, checks included).
+A refactoring that claims "no numerics change" is checked too: each row says whether the final
+states of the two revisions are equal bit for bit. Writes benchmarks/results/compare_revisions.json.
 """
 
 import argparse
@@ -22,6 +23,7 @@ import tempfile
 import time
 
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
@@ -81,6 +83,7 @@ def main():
         before = _import_revision(args.before, pathlib.Path(folder))
         for label, case in cases.items():
             runs = {"before": _runner(before, *case), "after": _runner(s2jax, *case)}
+            bitwise = bool(np.array_equal(np.asarray(runs["before"]()), np.asarray(runs["after"]())))
             times = {"before": [], "after": []}
             for _ in range(REPEATS):
                 for name, run in runs.items():
@@ -90,11 +93,12 @@ def main():
                 "before_us_per_step": us["before"],
                 "after_us_per_step": us["after"],
                 "after_over_before": us["after"] / us["before"],
+                "bitwise_equal": bitwise,
                 "before_runs_s": times["before"],
                 "after_runs_s": times["after"],
             }
             print(f"{label:50s} before {us['before']:6.3f} µs/step  after {us['after']:6.3f}  "
-                  f"ratio {us['after'] / us['before']:.3f}")
+                  f"ratio {us['after'] / us['before']:.3f}  bitwise equal: {bitwise}")
     path = write(
         "compare_revisions",
         {"before": args.before, "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results},
