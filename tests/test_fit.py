@@ -148,6 +148,6 @@ def test_a_failing_initial_simulation_names_fit(trajectory):
     with pytest.raises(s2.SimulationError, match=r"s2jax.fit: the simulation from q0.*step 0 → 1") as error:
         fit(
             model.lagrangian, GUESS, observations, times=OBSERVED_STEPS * DT, bodies=[1], dt=DT, q0=q0,
-            omega0=omega0, free=FREE, integrator=s2.VariationalIntegrator(max_steps=1),
+            omega0=omega0, free=FREE, integrator=s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=1)),
         )
     assert "throw=False" not in str(error.value)
