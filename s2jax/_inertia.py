@@ -6,7 +6,7 @@ Built once per simulation by `LagrangianSystem.prepare`; see docs/integrators/va
 """
 
 import equinox as eqx
-import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._block_elimination import block_solve
@@ -74,13 +74,13 @@ class Inertia(eqx.Module):
         Diagonal blocks M_ii I₃; off-diagonal blocks −M_ij q̂_i q̂_j = −M_ij (q_j q_iᵀ − (q_i·q_j) I₃).
         """
         n = q.shape[0]
-        eye3 = jax.numpy.eye(3, dtype=q.dtype)[None, None]
+        eye3 = jnp.eye(3, dtype=q.dtype)[None, None]
         gram = dot(q[:, None], q[None, :])[:, :, None, None]
         outer = q[None, :, :, None] * q[:, None, None, :]  # q_j q_iᵀ
         off = -self.matrix[:, :, None, None] * (outer - gram * eye3)
         diag = matrix_diagonal(self.matrix)[:, None, None, None] * eye3
-        is_diag = jax.numpy.eye(n, dtype=bool)[:, :, None, None]
-        return jax.numpy.where(is_diag, diag, off)
+        is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]
+        return jnp.where(is_diag, diag, off)
 
     def solve(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
         """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13).

@@ -25,6 +25,7 @@ from .._results import RESULTS
 from .._simulate import simulate
 from .._solution import Solution
 from .._system import AbstractSystem
+from .._validation import trace_floats
 
 
 class Problem(eqx.Module):
@@ -95,10 +96,13 @@ class Problem(eqx.Module):
 
     def planned(self, q0, omega0) -> "Problem":
         """This problem with its plan made: `lagrangian` the planned system and `integrator` the
-        chosen one. Made eagerly (concrete params) it holds what the form check of (2.2) found,
-        which inside a compiled solve, where the params are traced, could not be found."""
+        chosen one, and its float params as arrays (new values then do not recompile). Made
+        eagerly (concrete params) it holds what the form check of (2.2) found, which inside a
+        compiled solve, where the params are traced, could not be found."""
         the_plan = self.plan(q0, omega0)
-        return dataclasses.replace(self, lagrangian=the_plan.system, integrator=the_plan.integrator)
+        # Float leaves as arrays, as `simulate` does: traced, so new values do not recompile.
+        params = jax.tree_util.tree_map(trace_floats, self.params)
+        return dataclasses.replace(self, lagrangian=the_plan.system, integrator=the_plan.integrator, params=params)
 
     def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
         """The trajectory of `controls` from (q0, ω0): every step saved."""
