@@ -134,8 +134,9 @@ def plan(
     2. The form (2.2) of a `LagrangianSystem`, checked with concrete params (at (q0, ω0), or a
        fixed random state where the state is traced): a Lagrangian that fails it runs as a
        `GeneralLagrangianSystem` if the integrator takes one, else is an error; one that passes
-       has the structure of its M recognised (diagonal, chain, dense). With traced params the
-       form is checked in the graph and the chain structure probed (`with_probed_structure`).
+       has the structure of its M checked if declared, else recognised (diagonal, chain, dense).
+       With traced params the form is checked in the graph and, unless declared, the chain
+       structure probed (`with_probed_structure`).
     3. The integrator: `integrator.system_type` must admit the system (one generic check);
        None or `AutoIntegrator()` is `AutoIntegrator().select(system, structure)`.
 
@@ -176,8 +177,7 @@ def plan(
                     _check_diagonal(integrator, inertia)
         else:
             check_form = True
-            if not given:
-                system = system.with_probed_structure(q0.shape[0], params, q0.dtype)
+            system = system.with_probed_structure(q0.shape[0], params, q0.dtype)
     if auto:
         integrator = integrator.select(system, structure)
     return Plan(system, integrator, check_form)

@@ -125,33 +125,44 @@ class LagrangianSystem(AbstractSystem):
     - `lagrangian`: a pure function `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
     - `force`: an `AbstractForce` (or None): the non-conservative generalized forces of
       001 (10), added to −∂V/∂q wherever it enters.
-    - `inertia_structure`: "dense" (default: any M), "chain" where M is known to be
-      a chain's, M_ij = c_{max(i,j)} l_i l_j (`s2jax._structured_solve`), or "diagonal" (then
-      `Rattle` solves for its multipliers in closed form, one quadratic per body); `with_structure`
-      sets it from a concrete M, `with_probed_structure` (chain or dense) where the params are
-      traced (what `simulate` does for a bare Lagrangian). A structure declared here is checked on
-      the actual M when a simulation starts (`RESULTS.inertia_not_chain`,
-      `RESULTS.inertia_not_diagonal`).
+    - `inertia_structure`: what is known of M: "dense" (any M), "chain" (M_ij =
+      c_{max(i,j)} l_i l_j, `s2jax._structured_solve`) or "diagonal" (then `Rattle` solves for
+      its multipliers in closed form, one quadratic per body). None (the default): not declared,
+      so the plan recognises it from a concrete M (`with_structure`) or probes it where the params
+      are traced (`with_probed_structure`). A declared structure is checked on M: eagerly with
+      concrete params (`with_structure` raises) and in the graph when a simulation starts
+      (`RESULTS.inertia_not_chain`, `RESULTS.inertia_not_diagonal`). Models whose M has a
+      structure for every params declare it (e.g. `models.chain_pendulum.system()`).
     """
 
     lagrangian: Lagrangian
     force: AbstractForce | None = None
-    inertia_structure: str = eqx.field(default="dense", static=True)
+    inertia_structure: str | None = eqx.field(default=None, static=True)
 
     has_constant_inertia: ClassVar[bool] = True
 
     def __check_init__(self):
-        if self.inertia_structure not in STRUCTURES:
+        if self.inertia_structure is not None and self.inertia_structure not in STRUCTURES:
             raise ValueError(
-                f'inertia_structure must be "dense", "chain" or "diagonal", got {self.inertia_structure!r}'
+                f'inertia_structure must be "dense", "chain", "diagonal" or None, got {self.inertia_structure!r}'
             )
 
     def prepare(self, q, params):
-        return SystemArgs(params, inertia=Inertia.of(self.inertia(q, SystemArgs(params)), self.inertia_structure))
+        return SystemArgs(params, inertia=self.structured_inertia(q, SystemArgs(params)))
 
     def with_structure(self, inertia) -> "LagrangianSystem":
-        """This system with `inertia_structure` recognised from a concrete M (numpy array)."""
-        return dataclasses.replace(self, inertia_structure=Inertia.recognise(np.asarray(inertia)))
+        """This system with the structure of a concrete M (numpy array): the declared one, checked
+        on M (a `ValueError` if M does not have it), or the one recognised from M."""
+        recognised = Inertia.recognise(np.asarray(inertia))
+        declared = self.inertia_structure
+        if declared is None:
+            return dataclasses.replace(self, inertia_structure=recognised)
+        if declared == "chain" and recognised == "dense" or declared == "diagonal" and recognised != "diagonal":
+            raise ValueError(
+                f'inertia_structure="{declared}" is declared, but M at these params is {recognised}: '
+                f"M = {np.asarray(inertia).tolist()}. Declare the structure M has, or leave it out (None)."
+            )
+        return self
 
     def with_probed_structure(self, n: int, params: Params, dtype) -> "LagrangianSystem":
         """This system with `inertia_structure` recognised where the params are traced.
@@ -161,8 +172,10 @@ class LagrangianSystem(AbstractSystem):
         uniform in [0.5, 1.5], same shape; concrete leaves kept), and the structure is "chain" if
         both are. `simulate` then checks the actual M in the graph (`RESULTS.inertia_not_chain`),
         so a wrong guess is reported, never used. Where L cannot be evaluated at such values,
-        "dense".
+        "dense". A declared structure is kept (not probed).
         """
+        if self.inertia_structure is not None:
+            return self
         with jax.ensure_compile_time_eval():
             leaves, treedef = jax.tree_util.tree_flatten(params)
             for seed in (1, 2):
@@ -186,7 +199,7 @@ class LagrangianSystem(AbstractSystem):
         """M with its structure: `args.inertia` once prepared, else derived at q."""
         if args.inertia is not None:
             return args.inertia
-        return Inertia.of(self.inertia(q, args), self.inertia_structure)
+        return Inertia.of(self.inertia(q, args), self.inertia_structure or "dense")
 
     def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
         """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13) (`Inertia.solve`)."""

@@ -187,3 +187,37 @@ def test_jit_of_a_solve_with_closed_over_params_is_planned_eagerly():
     assert result == s2.RESULTS.successful
     # XLA folds the closed-over state into the program: the same arithmetic to the last bit or two
     np.testing.assert_allclose(q, problem.simulate(q0, omega0, jnp.zeros((3, 3))).q[-1], rtol=0, atol=1e-15)
+
+
+def test_a_model_declares_the_structure_of_its_inertia():
+    """A declared structure is kept where the params are traced (a bare Lagrangian's is probed,
+    and the probe knows only chain or dense), and checked on M: eagerly and in the graph."""
+    from s2jax.models import n_body_on_sphere as nbody
+
+    params = jax.tree.map(jnp.asarray, nbody.paper_params())
+    q0, omega0 = (jnp.asarray(x) for x in nbody.paper_state())
+
+    def structure(model, p):
+        return plan(model, q0, omega0, p).system.inertia_structure
+
+    assert structure(nbody.system(), params) == structure(nbody.lagrangian, params) == "diagonal"
+    traced = {}
+    jax.jit(lambda p: traced.update(declared=structure(nbody.system(), p), probed=structure(nbody.lagrangian, p)))(
+        params
+    )
+    assert traced == {"declared": "diagonal", "probed": "dense"}
+
+    # the same run either way: the declaration changes what is known, not the step
+    run = dict(dt=0.01, num_steps=20)
+    np.testing.assert_array_equal(
+        s2.simulate(nbody.system(), q0, omega0, params, **run).q, s2.simulate(nbody.lagrangian, q0, omega0, params, **run).q
+    )
+
+    # a wrong declaration: refused before compiling with concrete params, a result code when traced
+    wrong = s2.LagrangianSystem(dsp.lagrangian, inertia_structure="diagonal")
+    dsp_params = jax.tree.map(jnp.asarray, dsp.paper_params())
+    dsp_q0, dsp_omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    with pytest.raises(ValueError, match='inertia_structure="diagonal" is declared, but M at these params is chain'):
+        s2.simulate(wrong, dsp_q0, dsp_omega0, dsp_params, **run)
+    result = jax.jit(lambda p: s2.simulate(wrong, dsp_q0, dsp_omega0, p, throw=False, **run).result)(dsp_params)
+    assert result == s2.RESULTS.inertia_not_diagonal

@@ -1,7 +1,8 @@
 """Ready-made models from the papers, one module each.
 
 Every model module has `lagrangian(q, qdot, params)`, `paper_params()` and `paper_state()`;
-see docs/api/models.md.
+those whose M has a structure for every params (chain, diagonal) also `system(force=None)`,
+which declares it. See docs/api/models.md.
 """
 
 from . import (

@@ -13,6 +13,7 @@ sign convention: docs/api/models.md.
 import jax.numpy as jnp
 import numpy as np
 
+from .._system import LagrangianSystem
 from ..forces import PivotTorque, PointForce
 
 
@@ -46,6 +47,13 @@ def lagrangian(q, qdot, params):
         )
     kinetic = 0.5 * jnp.einsum("ij,ia,ja->", inertia_matrix(params), qdot, qdot)
     return kinetic - potential(q, params)
+
+
+def system(force=None):
+    """The `LagrangianSystem` of `lagrangian` with `force`, declaring M a chain's (M_ij =
+    c_{max(i,j)} l_i l_j, `inertia_matrix`) for every params, so a run with traced params does
+    not probe it (`LagrangianSystem.inertia_structure`)."""
+    return LagrangianSystem(lagrangian, force, inertia_structure="chain")
 
 
 def paper_params(n=3):

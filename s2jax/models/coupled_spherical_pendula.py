@@ -13,6 +13,8 @@ How `params` holds Ξ (`connections`): docs/api/models.md; 002's slips in this e
 import jax.numpy as jnp
 import numpy as np
 
+from .._system import LagrangianSystem
+
 
 def inertia_matrix(params):
     """M = diag(m_i l_i²)."""
@@ -43,6 +45,12 @@ def lagrangian(q, qdot, params):
         raise ValueError(f"this system has {n} pendula: q must have shape ({n}, 3), got {q.shape}")
     kinetic = 0.5 * jnp.sum(params["masses"] * params["lengths"] ** 2 * jnp.sum(qdot**2, axis=-1))
     return kinetic - potential(q, params)
+
+
+def system(force=None):
+    """The `LagrangianSystem` of `lagrangian` with `force`, declaring M diagonal for every
+    params, so a run with traced params does not probe it (`LagrangianSystem.inertia_structure`)."""
+    return LagrangianSystem(lagrangian, force, inertia_structure="diagonal")
 
 
 def paper_params():

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._system import LagrangianSystem
+
 _GOLDEN = (1.0 + np.sqrt(5.0)) / 2.0
 _ICOSAHEDRON_VERTICES = np.array(
     [
@@ -164,6 +166,12 @@ def lagrangian(q, qdot, params):
         )
     kinetic = 0.5 * jnp.sum(params["masses"] * jnp.sum(qdot**2, axis=-1))
     return kinetic - potential(q, params)
+
+
+def system(force=None):
+    """The `LagrangianSystem` of `lagrangian` with `force`, declaring M diagonal for every
+    params, so a run with traced params does not probe it (`LagrangianSystem.inertia_structure`)."""
+    return LagrangianSystem(lagrangian, force, inertia_structure="diagonal")
 
 
 def paper_params(subdivisions=3):

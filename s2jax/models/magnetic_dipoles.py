@@ -13,6 +13,8 @@ about its centre). M is diagonal, so 002 uses the explicit integrator (3.17)–(
 import jax.numpy as jnp
 import numpy as np
 
+from .._system import LagrangianSystem
+
 
 def inertia_matrix(params):
     """M = diag(m_i l_i² / 12)."""
@@ -48,6 +50,12 @@ def lagrangian(q, qdot, params):
     inertia = params["masses"] * params["lengths"] ** 2 / 12.0
     kinetic = 0.5 * jnp.sum(inertia * jnp.sum(qdot**2, axis=-1))
     return kinetic - potential(q, params)
+
+
+def system(force=None):
+    """The `LagrangianSystem` of `lagrangian` with `force`, declaring M diagonal for every
+    params, so a run with traced params does not probe it (`LagrangianSystem.inertia_structure`)."""
+    return LagrangianSystem(lagrangian, force, inertia_structure="diagonal")
 
 
 def grid_pivots(rows, columns, spacing):

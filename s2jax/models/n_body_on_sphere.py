@@ -13,6 +13,8 @@ uses the explicit integrator (3.17)–(3.18). See docs/api/models.md.
 import jax.numpy as jnp
 import numpy as np
 
+from .._system import LagrangianSystem
+
 
 def inertia_matrix(params):
     """M = diag(m_1, …, m_n)."""
@@ -42,6 +44,12 @@ def lagrangian(q, qdot, params):
         )
     kinetic = 0.5 * jnp.sum(params["masses"] * jnp.sum(qdot**2, axis=-1))
     return kinetic - potential(q, params)
+
+
+def system(force=None):
+    """The `LagrangianSystem` of `lagrangian` with `force`, declaring M diagonal for every
+    params, so a run with traced params does not probe it (`LagrangianSystem.inertia_structure`)."""
+    return LagrangianSystem(lagrangian, force, inertia_structure="diagonal")
 
 
 def paper_params():
