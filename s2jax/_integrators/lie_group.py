@@ -15,7 +15,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._custom_types import Array, Float
-from .._geometry import dot
+from .._geometry import cross, dot
 from .._results import RESULTS
 from .._system import AbstractSystem
 from .base import AbstractIntegrator, check_finite
@@ -76,13 +76,13 @@ def exp_action(
     alpha, beta, gamma = (c[..., None] for c in _exp_coefficients(dot(u, u)))
 
     def rotate(x):
-        ux = jnp.cross(u, x)
-        return x + alpha * ux + beta * jnp.cross(u, ux)
+        ux = cross(u, x)
+        return x + alpha * ux + beta * cross(u, ux)
 
-    uv = jnp.cross(u, v)
-    translation = v + beta * uv + gamma * jnp.cross(u, uv)
+    uv = cross(u, v)
+    translation = v + beta * uv + gamma * cross(u, uv)
     q_next = rotate(q)
-    return q_next, rotate(omega) + jnp.cross(translation, q_next)
+    return q_next, rotate(omega) + cross(translation, q_next)
 
 
 def infinitesimal_generator(
@@ -90,14 +90,14 @@ def infinitesimal_generator(
 ) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"]]:
     """Ψ_*(ξ)|_(q, ω) = (û_i q_i, û_i ω_i + v̂_i q_i)_i of 003 §"Transitive group action"."""
     u, v = xi
-    return jnp.cross(u, q), jnp.cross(u, omega) + jnp.cross(v, q)
+    return cross(u, q), cross(u, omega) + cross(v, q)
 
 
 def bracket(xi: Algebra, eta: Algebra) -> Algebra:
     """The matrix commutator of se(3)ⁿ: [(u₁, v₁), (u₂, v₂)] = (u₁ × u₂, u₁ × v₂ − u₂ × v₁)."""
     u1, v1 = xi
     u2, v2 = eta
-    return jnp.cross(u1, u2), jnp.cross(u1, v2) - jnp.cross(u2, v1)
+    return cross(u1, u2), cross(u1, v2) - cross(u2, v1)
 
 
 # B_k / k! for k = 1, …, 4: dexp⁻¹_θ = Σ_k (B_k / k!) ad_θ^k with Bernoulli numbers B_k.
@@ -126,7 +126,7 @@ def se3_vector_field(system, t, q, omega, args) -> Algebra:
     (see docs/integrators/lie_group.md for why h_i = ω̇_i is tangent, so (q_i × h_i) × q_i = h_i).
     """
     h = system.angular_acceleration(t, q, omega, args)
-    return omega, jnp.cross(q, h)
+    return omega, cross(q, h)
 
 
 def _combine(dt, weights, elements) -> Algebra | None:
