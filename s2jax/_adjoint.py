@@ -22,6 +22,7 @@ from jax import lax
 from ._errors import SimulationError, error_if
 from ._newton import NEWTON_ROOT
 from ._results import RESULTS
+from ._validation import positive_int
 
 NO_FAILURE = -1
 """`Solution.failed_step` when every step succeeded."""
@@ -90,6 +91,10 @@ class CheckpointedAdjoint(AbstractAdjoint):
 
     block_size: int | None = None
     save_roots: bool = True
+
+    def __check_init__(self):
+        if self.block_size is not None:
+            positive_int(self.block_size, "CheckpointedAdjoint(block_size)")
 
     def loop(self, loop, inputs, result0):
         block = _block_size(loop.save_every, self.block_size)

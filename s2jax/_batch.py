@@ -8,6 +8,7 @@ batch has converged, and its condition would be an all-reduce across devices at 
 iteration.
 """
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -124,11 +125,12 @@ def simulate_batch(
             # per member, as in `simulate` under vmap: the host check still sees the whole batch
             def checked(s):
                 codes = s.result._value
-                return error_if(s, codes != RESULTS.successful._value, raise_if_failed, codes, s.failed_step, dt)
+                check = functools.partial(raise_if_failed, integrator=s.integrator)
+                return error_if(s, codes != RESULTS.successful._value, check, codes, s.failed_step, dt)
 
             solution = jax.vmap(checked)(solution)
         else:
-            raise_if_failed(*_on_every_host(codes, solution.failed_step), dt)
+            raise_if_failed(*_on_every_host(codes, solution.failed_step), dt, integrator=solution.integrator)
     return solution
 
 

@@ -56,7 +56,42 @@ def _poison(x):
     return jnp.full_like(x, jnp.iinfo(x.dtype).max)
 
 
-def failure_message(code, failed_step, dt, batch_index=None) -> str:
+# Why a step of each integrator is too large (`RESULTS.step_too_large`): each has its own condition.
+_STEP_TOO_LARGE = {
+    "ExplicitVariationalIntegrator": (
+        "1 − |a_i|² < 0 in (3.17) of Lee–Leok–McClamroch 2009, |a_i| = |h ω_i − h²/(2 M_ii) q_i × ∂V/∂q_i|: "
+        "no rotation of q_i moves it by a_i × q_i"
+    ),
+    "VariationalIntegrator": (
+        "no rotation solves the Cayley equation (3.16) of Lee–Leok–McClamroch 2009: it asks some q_i for a "
+        "tangential displacement |t_i| ≥ 1 (for one body, |d| > M in 2M f/(1 + |f|²) = d)"
+    ),
+    "Rattle": (
+        "RATTLE's position constraints |q_{i,k+1}|² = 1 have no root for this h (for a diagonal M, the "
+        "quadratic of some body has a negative discriminant), or their root turns a body by a right angle "
+        "or more in one step (q_{i,k+1}·q_i ≤ 0)"
+    ),
+    "StormerVerlet": (
+        "the quadratic (h²/4)|x_n|² s² − (1 + h c·x_n) s + |c|² = 0 for s = |v_{n+1/2}|² (004, after (26)) "
+        "has no real root, or β = 1 + h c·x_n ≤ 0"
+    ),
+}
+
+
+def _reason(code, integrator) -> str:
+    """The message of `code`; for `step_too_large`, the condition of `integrator` (a class name)."""
+    if code != RESULTS.step_too_large._value or integrator is None:
+        return RESULTS._index_to_message[int(code)]
+    condition = _STEP_TOO_LARGE.get(integrator, "its step equations have no solution at this step size")
+    return f"the step is too large for {integrator}: {condition}; try a smaller step"
+
+
+def failure_message(code, failed_step, dt, batch_index=None, integrator: str | None = None) -> str:
+    """What `SimulationError` says of a run that failed with `code` at `failed_step`.
+
+    `integrator`, the class name of the integrator that ran (`Solution.integrator`), picks the
+    condition that `RESULTS.step_too_large` stands for; without it the generic message is used.
+    """
     where = "" if batch_index is None else f" (batch index {batch_index})"
     step = int(failed_step)
     before_first_step = (
@@ -74,12 +109,13 @@ def failure_message(code, failed_step, dt, batch_index=None) -> str:
         return message
     return (
         f"s2jax.simulate{where}: step {step} → {step + 1} (t = {step * float(dt):.6g}) "
-        f"failed: {RESULTS._index_to_message[int(code)]}. Pass throw=False to get the "
+        f"failed: {_reason(code, integrator)}. Pass throw=False to get the "
         "trajectory up to that step and the result code."
     )
 
 
-def raise_if_failed(codes, failed_steps, dt):
+def raise_if_failed(codes, failed_steps, dt, integrator: str | None = None):
+    """Raise `SimulationError` (`failure_message`) for the first code that is not successful."""
     codes = np.asarray(codes)
     failed_steps = np.asarray(failed_steps)
     bad = np.argwhere(np.atleast_1d(codes != RESULTS.successful._value))
@@ -87,5 +123,5 @@ def raise_if_failed(codes, failed_steps, dt):
         index = tuple(int(i) for i in bad[0]) if codes.ndim else ()
         batch_index = index if codes.ndim else None
         raise SimulationError(
-            failure_message(codes[index], failed_steps[index], np.asarray(dt).reshape(-1)[0], batch_index)
+            failure_message(codes[index], failed_steps[index], np.asarray(dt).reshape(-1)[0], batch_index, integrator)
         )

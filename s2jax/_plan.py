@@ -25,7 +25,7 @@ from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._integrators.auto import AutoIntegrator
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem
-from ._validation import initial_state_is_valid, parameters_are_finite
+from ._validation import initial_state_is_valid, names_missing_params_keys, parameters_are_finite
 
 _AUTO = AutoIntegrator()  # `integrator=None` (one instance: a Module costs ~10 µs to build)
 
@@ -116,6 +116,7 @@ class Plan(NamedTuple):
         return result
 
 
+@names_missing_params_keys
 def plan(
     model,
     q0: Float[Array, "n 3"],

@@ -15,9 +15,8 @@ class RESULTS(eqx.Enumeration):
         "smaller step"
     )
     step_too_large = (
-        "the step is too large for this explicit integrator (for ExplicitVariationalIntegrator: "
-        "1 − |a_i|² < 0 in (3.17) of Lee–Leok–McClamroch 2009, |a_i| = "
-        "|h ω_i − h²/(2 M_ii) q_i × ∂V/∂q_i|)"
+        "the step is too large: the integrator's step equations have no solution at this step size "
+        "(the error raised by simulate names the integrator's own condition)"
     )
     nonfinite_state = "the state became non-finite (NaN or inf)"
     inertia_not_diagonal = (

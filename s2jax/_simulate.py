@@ -4,6 +4,7 @@ The plan (`_plan.py`) chooses the system and integrator, the loop (`_loop.py`) s
 adjoints (`_adjoint.py`) choose how the steps are stored for reverse mode.
 """
 
+import functools
 import sys
 from collections.abc import Callable
 
@@ -145,12 +146,11 @@ def simulate(
     )
     if throw:
         codes = solution.result._value
+        check = functools.partial(raise_if_failed, integrator=solution.integrator)
         if concrete and not isinstance(codes, jax.core.Tracer):
-            raise_if_failed(codes, solution.failed_step, dt)
+            check(codes, solution.failed_step, dt)
         else:
-            solution = error_if(
-                solution, codes != RESULTS.successful._value, raise_if_failed, codes, solution.failed_step, dt
-            )
+            solution = error_if(solution, codes != RESULTS.successful._value, check, codes, solution.failed_step, dt)
     return solution
 
 

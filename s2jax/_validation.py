@@ -6,8 +6,9 @@ first offending body; `initial_state_is_valid` evaluates the same predicates ins
 computation, where nothing can be raised before it runs, for `RESULTS.invalid_initial_state`.
 """
 
+import functools
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -96,16 +97,23 @@ def parameters_are_finite(params) -> Bool[Array, ""]:
 
 
 def check_state_arguments(q0, omega0, dt) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"], Float[Array, ""]]:
-    """(q0, ω0, dt) as float64 arrays of shapes (n, 3), (n, 3), (), or a `ValueError` naming what is wrong."""
+    """(q0, ω0, dt) as float64 arrays of shapes (n, 3), (n, 3), (), n ≥ 1, or a `ValueError` naming
+    what is wrong (a bool or a string is not taken for a number)."""
+    if not isinstance(dt, jax.Array) and np.asarray(dt).dtype.kind not in "fiuc":
+        raise ValueError(f"dt must be a real number; got {dt!r} (a {type(dt).__name__})")
     q0 = jnp.asarray(q0)
     omega0 = jnp.asarray(omega0)
     if q0.ndim != 2 or q0.shape[-1] != 3:
         raise ValueError(f"q0 must have shape (n, 3), one unit vector per body; got {q0.shape}")
+    if q0.shape[0] == 0:
+        raise ValueError(f"q0 has no bodies, shape {q0.shape}; n ≥ 1")
     if omega0.shape != q0.shape:
         raise ValueError(f"omega0 must have the shape of q0, {q0.shape}; got {omega0.shape}")
     for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):
         if jnp.iscomplexobj(x):
             raise ValueError(f"{label} is complex; the state and step of s2jax are real")
+        if jnp.result_type(x) == jnp.bool_:
+            raise ValueError(f"{label} must be an array of real numbers; got dtype bool")
     if not jnp.issubdtype(q0.dtype, jnp.floating):
         q0 = q0.astype(float)
     if q0.dtype != jnp.float64:
@@ -160,6 +168,29 @@ def check_force_output(force, policy, q0, omega0, params, controls):
         ) from error
     if not hasattr(shape, "shape") or shape.shape != q0.shape:
         raise ValueError(f"the force must return shape {q0.shape}, one ℝ³ vector per body; got {shape}")
+
+
+def names_missing_params_keys(make_plan: Callable) -> Callable:
+    """`make_plan(model, q0, omega0, params, **options)`, with the `KeyError` of a key that `params`
+    lacks re-raised as a `ValueError` naming the key and the keys given.
+
+    The plan is where the user's model is first evaluated (the form check of (2.2)), so a missing
+    key shows there as the model's own `KeyError: 'g'`, raised from deep inside a trace. A
+    `KeyError` for a key that `params` has comes from elsewhere and is raised as it is.
+    """
+
+    @functools.wraps(make_plan)
+    def plan(model, q0, omega0, params, **options):
+        try:
+            return make_plan(model, q0, omega0, params, **options)
+        except KeyError as error:
+            key = error.args[0] if error.args else None
+            if not isinstance(params, Mapping) or key in params:
+                raise
+            given = sorted(params, key=str)
+            raise ValueError(f"params has no key {key!r}, which the model reads; the keys given: {given}") from None
+
+    return plan
 
 
 def positive_int(value, name):

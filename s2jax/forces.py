@@ -1,9 +1,12 @@
 """Ready-made generalized forces (001 (10)–(11)); pass one to `simulate(..., force=...)`."""
 
+import numbers
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._custom_types import Array, Float
 from ._force import AbstractForce
@@ -27,9 +30,34 @@ class LinearDamping(AbstractForce):
 
     depends_on_velocity: ClassVar[bool] = True
 
+    def __check_init__(self):
+        if isinstance(self.coefficient, jax.core.Tracer):
+            return  # traced (e.g. under jax.grad in c): the run's result codes report what follows
+        c = np.asarray(self.coefficient)
+        bad = ~(np.isfinite(c) & (c >= 0))
+        if np.any(bad):
+            where = f" (body {int(np.argmax(bad))})" if c.ndim else ""
+            raise ValueError(
+                f"LinearDamping: the coefficient c must be finite and ≥ 0 (a negative c feeds energy in); "
+                f"got {c}{where}"
+            )
+
     def __call__(self, t, q, omega, u, params):
         c = jnp.broadcast_to(self.coefficient, q.shape[:1])[:, None]
         return -c * jnp.cross(omega, q)
+
+
+def _check_body_index(body, name):
+    """`body` must be a Python int ≥ 0 (a negative index would count from the end)."""
+    if isinstance(body, bool) or not isinstance(body, numbers.Integral) or body < 0:
+        raise ValueError(f"{name}: body must be an int ≥ 0; got {body!r}")
+
+
+def _check_body_exists(body, n, name):
+    """Checked where n is first known, when the force is traced (before compiling): an index past
+    the last body would otherwise be dropped by the scatter, or act on every body of a chain."""
+    if body >= n:
+        raise ValueError(f"{name}(body={body}): there is no body {body}; the system has n = {n} bodies, 0 … {n - 1}")
 
 
 def _given_or_control(value, u, name):
@@ -62,10 +90,12 @@ class PivotTorque(AbstractForce):
     depends_on_velocity: ClassVar[bool] = False
 
     def __check_init__(self):
+        _check_body_index(self.body, "PivotTorque")
         if self.joint and self.body < 1:
             raise ValueError("PivotTorque(joint=True) needs body ≥ 1: the reaction acts on body − 1")
 
     def __call__(self, t, q, omega, u, params):
+        _check_body_exists(self.body, q.shape[0], "PivotTorque")
         torque = jnp.asarray(_given_or_control(self.torque, u, "PivotTorque"))
         if torque.shape != (3,):
             raise ValueError(f"PivotTorque takes a torque of shape (3,); got {torque.shape}")
@@ -98,11 +128,17 @@ class PointForce(AbstractForce):
 
     depends_on_velocity: ClassVar[bool] = False
 
+    def __check_init__(self):
+        _check_body_index(self.body, "PointForce")
+
     def __call__(self, t, q, omega, u, params):
+        n = q.shape[0]
+        _check_body_exists(self.body, n, "PointForce")
+        if self.lengths.shape != (n,):
+            raise ValueError(f"PointForce: `lengths` has shape {self.lengths.shape}; the system has n = {n} bodies")
         force = jnp.asarray(_given_or_control(self.force, u, "PointForce"))
         if force.shape != (3,):
             raise ValueError(f"PointForce takes a force of shape (3,); got {force.shape}")
-        n = q.shape[0]
         index = jnp.arange(n)
         acts = (index <= self.body) if self.chain else (index == self.body)
         return jnp.where(acts[:, None], self.lengths[:, None] * force[None, :], 0.0)

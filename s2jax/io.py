@@ -3,10 +3,15 @@ leaves the previous file as it was), and a `Solution` saved to and loaded from a
 (`save_solution`, `load_solution`)."""
 
 import contextlib
+import glob
 import json
 import os
 import pathlib
+import re
+import socket
 import tempfile
+import zipfile
+import zlib
 
 import jax
 import jax.tree_util as jtu
@@ -21,26 +26,69 @@ def atomic_write(path: str | os.PathLike):
     """Open a temporary file beside `path` for binary writing; on success, rename it to `path`.
 
     The temporary file lives in the same folder, so the final `os.replace` is a rename within
-    one file system, which POSIX makes atomic. If the block raises (or the process is killed),
-    `path` keeps its previous content and the temporary file is removed (after a kill it
-    stays, named `.<name>.*.tmp`, never under `path`'s own name).
+    one file system, which POSIX makes atomic. If the block raises, `path` keeps its previous
+    content and the temporary file is removed. A process killed mid-write cannot remove it: it
+    stays, named `.<name>.<random>.<pid>@<host>.tmp`, never under `path`'s own name, and the
+    next write of the same `path` removes it (`_remove_stale_temporaries`: those whose writer,
+    on this host, is no longer running). An `OSError` of the write names `path`, not the
+    temporary file.
 
     **Arguments:** `path`: the file to write.
 
     **Yields:** a file object open for binary writing.
     """
     path = pathlib.Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    _remove_stale_temporaries(path)
+    writer = f"{os.getpid()}@{socket.gethostname()}"  # at each write: a forked child is another writer
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{writer}.tmp")
+    except OSError as error:
+        raise _naming_target(error, path) from None
     try:
         with os.fdopen(handle, "wb") as file:
             yield file
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temporary)
+        if isinstance(error, OSError) and error.errno is not None and error.filename in (None, temporary):
+            raise _naming_target(error, path) from None
         raise
+
+
+def _naming_target(error: OSError, path: pathlib.Path) -> OSError:
+    """`error` (same type and errno) about `path`, where it named the temporary file or nothing."""
+    return type(error)(error.errno, error.strerror, str(path))
+
+
+def _remove_stale_temporaries(path: pathlib.Path) -> None:
+    """Remove the temporary files of earlier writes of `path` whose writer was killed.
+
+    A temporary file names its writer (`.<name>.<random>.<pid>@<host>.tmp`); it is stale where
+    that host is this one and no process `pid` runs. Another host's, a live writer's, and those
+    of other files are left alone, as are files that vanish meanwhile (a concurrent clean-up).
+    """
+    if os.name != "posix":  # `os.kill(pid, 0)` probes a process only on POSIX
+        return
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.(\d+)@(.+)\.tmp")
+    with contextlib.suppress(OSError):  # an unreadable folder: the write itself will say why
+        for candidate in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            match = pattern.fullmatch(candidate.name)
+            if match and match[2] == socket.gethostname() and not _running(int(match[1])):
+                with contextlib.suppress(FileNotFoundError):
+                    candidate.unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 FORMAT = "s2jax.Solution/1"
@@ -78,7 +126,9 @@ def save_solution(path: str | os.PathLike, solution, *, params=None, metadata: d
     - `s2jax_version`, `format` (`"s2jax.Solution/1"`), `integrator` (when the solution names
       one) and `metadata`, a JSON string (`json.loads(str(data["metadata"]))`).
 
-    The write is atomic (`atomic_write`): a reader never sees a half-written file.
+    The write is atomic (`atomic_write`): a reader never sees a half-written file; the temporary
+    file of a write that was killed is removed by the next save of the same `path`, and an error
+    of the write names `path`.
 
     **Arguments:**
 
@@ -131,11 +181,13 @@ def load_solution(path: str | os.PathLike, *, params_like=None):
     the params, as `{"params.<key path>": array}` or, with `params_like`, in its structure;
     the metadata dict, with `"s2jax_version"` (of the writer) and `"integrator"` (if saved)
     added.
+
+    **Raises:** `ValueError`, naming the file and what is wrong with it, for a file that is not
+    one of `save_solution` or is damaged (truncated, not an `.npz`, a corrupt or missing array,
+    metadata that is not a JSON object); `FileNotFoundError` (an `OSError`) where it cannot be
+    opened.
     """
-    with np.load(path, allow_pickle=False) as data:
-        if "format" not in data or str(data["format"]) != FORMAT:
-            raise ValueError(f"{path} is not a file of s2jax.io.save_solution (no format = {FORMAT!r})")
-        arrays = {key: data[key] for key in data.files}
+    arrays = _read(path)
     unknown = sorted({str(n) for n in np.unique(arrays["result"])} - set(RESULTS._name_to_item))
     if unknown:
         raise ValueError(f"{path}: result code(s) {unknown} are not codes of this version of s2jax")
@@ -152,8 +204,45 @@ def load_solution(path: str | os.PathLike, *, params_like=None):
         if sorted(expected) != sorted(params):
             raise ValueError(f"the saved params {sorted(params)} do not match params_like's {sorted(expected)}")
         params = jtu.tree_unflatten(jtu.tree_structure(params_like), [params[name] for name in expected])
-    metadata = json.loads(str(arrays["metadata"]))
+    metadata = _metadata(path, arrays["metadata"])
     metadata["s2jax_version"] = str(arrays["s2jax_version"])
     if "integrator" in arrays:
         metadata["integrator"] = str(arrays["integrator"])
     return solution, params, metadata
+
+
+_SAVED = ("t", "q", "omega", "failed_step", "result", "s2jax_version", "metadata")
+"""The arrays that every file of `save_solution` holds, besides `format`."""
+
+
+def _read(path) -> dict[str, np.ndarray]:
+    """The arrays of a file of `save_solution`, or one `ValueError` naming `path` and what is wrong."""
+    with open(path, "rb") as file:  # a file that cannot be opened raises its own OSError
+        if not zipfile.is_zipfile(file):
+            raise ValueError(
+                f"{path} is not a file of s2jax.io.save_solution: not an .npz (zip) archive (truncated, "
+                "or another kind of file)"
+            )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            saved_format = str(data["format"]) if "format" in data.files else None
+            arrays = {key: data[key] for key in data.files} if saved_format == FORMAT else None
+    except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        # a corrupt member (bad CRC, bad compressed data, a broken .npy header), or a pickled array
+        raise ValueError(f"{path} is damaged: {error}") from None
+    if arrays is None:
+        raise ValueError(f"{path} is not a file of s2jax.io.save_solution (no format = {FORMAT!r})")
+    missing = [key for key in _SAVED if key not in arrays]
+    if missing:
+        raise ValueError(f"{path} is damaged: it lacks {missing} (it holds {sorted(arrays)})")
+    return arrays
+
+
+def _metadata(path, saved: np.ndarray) -> dict:
+    try:
+        metadata = json.loads(str(saved))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is damaged: its metadata is not valid JSON ({error})") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{path} is damaged: its metadata is not a JSON object: {str(saved)[:80]!r}")
+    return metadata

@@ -197,3 +197,38 @@ def test_command_line_solves_and_plots(swing_up, tmp_path, capsys):
     assert cli.main(["control", "1", "--out", str(tmp_path)]) == 0
     assert "control 1" in capsys.readouterr().out
     assert (tmp_path / "control_1.png").stat().st_size > 10_000
+
+
+def test_ilqr_needs_at_least_one_step():
+    with pytest.raises(ValueError, match=r"ILQR\(max_steps\) must be a positive Python int; got 0"):
+        s2.control.ILQR(max_steps=0)
+
+
+@pytest.mark.parametrize(
+    "bounds, match",
+    [
+        (
+            dict(lower=jnp.array([-1.0, 2.0, -1.0]), upper=jnp.ones(3)),
+            r"`lower` must be ≤ `upper`; at \(1,\): lower = 2.0 > upper = 1.0",
+        ),
+        (
+            dict(lower=-jnp.ones(2), upper=jnp.ones(3)),
+            r"`lower` must have the shape of one control, control_shape = \(3,\) \(or broadcast to it\); got \(2,\)",
+        ),
+        (
+            dict(lower=-jnp.ones(3), upper=jnp.ones((2, 3))),
+            r"`upper` must have the shape of one control, control_shape = \(3,\) \(or broadcast to it\); got \(2, 3\)",
+        ),
+    ],
+)
+def test_bounds_of_the_wrong_shape_or_order_are_named(bounds, match):
+    with pytest.raises(ValueError, match=match):
+        s2.control.Problem(
+            pendulum.lagrangian,
+            PARAMS,
+            s2.forces.PivotTorque(0),
+            0.02,
+            5,
+            running_cost=lambda t, q, w, u: jnp.sum(u**2),
+            **bounds,
+        )

@@ -94,3 +94,58 @@ def test_velocity_dependent_force_is_refused_where_it_cannot_act():
     with pytest.raises(ValueError, match="ReversibleAdjoint cannot take a force that depends on ω"):
         s2.simulate(pendulum.lagrangian, q0, omega0, PARAMS, dt=0.01, num_steps=10, adjoint=s2.ReversibleAdjoint(),
                     force=damping)
+
+
+@pytest.mark.parametrize(
+    "force, n, match",
+    [
+        (s2.forces.PivotTorque(5, torque=jnp.array([1.0, 0.0, 0.0])), 1, r"PivotTorque\(body=5\).*n = 1 bod"),
+        (
+            s2.forces.PointForce(4, jnp.ones(2), force=jnp.array([1.0, 0.0, 0.0])),
+            2,
+            r"PointForce\(body=4\).*n = 2 bod",
+        ),
+    ],
+)
+def test_a_ready_force_on_a_body_that_does_not_exist_is_refused(force, n, match):
+    """Before compiling, naming the force, the body and n (an out-of-range body was dropped, or
+    PointForce acted at the tip)."""
+    params = s2.models.chain_pendulum.paper_params(n)
+    q0, omega0 = s2.models.chain_pendulum.paper_state(n)
+    with pytest.raises(ValueError, match=match):
+        s2.simulate(s2.models.chain_pendulum.lagrangian, q0, omega0, params, dt=0.01, num_steps=2, force=force)
+    # also where no eager force check runs before the trace (the control solvers)
+    problem = s2.control.Problem(
+        s2.models.chain_pendulum.lagrangian, params, force, 0.01, 2, running_cost=lambda t, q, w, u: jnp.sum(q**2)
+    )
+    with pytest.raises(ValueError, match=match):
+        s2.control.solve(problem, q0, omega0, solver=s2.control.SingleShooting())
+
+
+def test_point_force_lengths_must_have_one_per_body():
+    q0, omega0 = s2.models.chain_pendulum.paper_state(2)
+    force = s2.forces.PointForce(1, jnp.ones(3), force=jnp.array([1.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match=r"PointForce: `lengths` has shape \(3,\); the system has n = 2"):
+        s2.simulate(
+            s2.models.chain_pendulum.lagrangian,
+            q0,
+            omega0,
+            s2.models.chain_pendulum.paper_params(2),
+            dt=0.01,
+            num_steps=2,
+            force=force,
+        )
+
+
+@pytest.mark.parametrize("make", [lambda: s2.forces.PivotTorque(-1), lambda: s2.forces.PointForce(-1, jnp.ones(2))])
+def test_a_negative_body_index_is_refused(make):
+    with pytest.raises(ValueError, match=r"body must be an int ≥ 0; got -1"):
+        make()
+
+
+def test_negative_damping_is_refused():
+    with pytest.raises(ValueError, match=r"LinearDamping: the coefficient c must be finite and ≥ 0.*-0.5"):
+        s2.forces.LinearDamping(-0.5)
+    with pytest.raises(ValueError, match=r"LinearDamping: the coefficient c must be finite and ≥ 0.*body 1"):
+        s2.forces.LinearDamping(jnp.array([1.0, -2.0]))
+    s2.forces.LinearDamping(0.0)  # zero is no damping, allowed

@@ -1,6 +1,7 @@
 """Atomic writes: an interrupted write never leaves a broken file or destroys the previous one."""
 
 import re
+import socket
 import subprocess
 import sys
 
@@ -110,3 +111,120 @@ def test_bad_files_and_metadata_are_rejected(tmp_path):
     np.savez(tmp_path / "other.npz", q=np.zeros(3))
     with pytest.raises(ValueError, match="not a file of s2jax.io.save_solution"):
         s2.io.load_solution(tmp_path / "other.npz")
+
+
+def _rewrite(path, **changes):
+    """The saved file at `path` again, with arrays replaced (None: removed)."""
+    with np.load(path) as data:
+        arrays = {key: data[key] for key in data.files}
+    arrays.update(changes)
+    np.savez(path, **{key: value for key, value in arrays.items() if value is not None})
+
+
+@pytest.mark.parametrize(
+    "damage, what",
+    [
+        ("truncated", r"not an \.npz \(zip\) archive"),
+        ("empty", r"not an \.npz \(zip\) archive"),
+        ("text", r"not an \.npz \(zip\) archive"),
+        ("random bytes", r"not an \.npz \(zip\) archive"),
+        ("corrupt member", r"is damaged: "),
+        ("missing q", r"is damaged: it lacks \['q'\]"),
+        ("bad metadata", r"is damaged: its metadata is not valid JSON"),
+        ("metadata not a dict", r"is damaged: its metadata is not a JSON object"),
+        ("pickled member", r"is damaged: "),
+    ],
+)
+def test_a_damaged_file_is_one_value_error_naming_it(tmp_path, damage, what):
+    """One `ValueError` naming the file and what is wrong (it used to be BadZipFile, EOFError,
+    KeyError: 'q', a "pickled data" ValueError or a JSONDecodeError, none naming the file)."""
+    sol, params = _solution()
+    path = tmp_path / "run.npz"
+    s2.io.save_solution(path, sol, params=params)
+    whole = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(whole[: len(whole) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "text":
+        path.write_text("t,q\n0,1\n")
+    elif damage == "random bytes":
+        path.write_bytes(np.random.default_rng(0).bytes(2000))
+    elif damage == "corrupt member":
+        start = whole.index(b"q.npy") + 200  # inside the compressed data of 'q'
+        path.write_bytes(whole[:start] + bytes(b ^ 0xFF for b in whole[start : start + 40]) + whole[start + 40 :])
+    elif damage == "missing q":
+        _rewrite(path, q=None)
+    elif damage == "bad metadata":
+        _rewrite(path, metadata=np.array("{not json"))
+    elif damage == "metadata not a dict":
+        _rewrite(path, metadata=np.array("[1, 2]"))
+    else:
+        _rewrite(path, q=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ".*" + what):
+        s2.io.load_solution(path)
+
+
+def test_a_missing_file_is_still_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        s2.io.load_solution(tmp_path / "absent.npz")
+
+
+def test_save_errors_name_the_target_not_the_temporary(tmp_path):
+    sol, _ = _solution()
+    target = tmp_path / "no such folder" / "run.npz"
+    with pytest.raises(FileNotFoundError) as error:
+        s2.io.save_solution(target, sol)
+    assert str(target) in str(error.value) and ".tmp" not in str(error.value)
+    folder = tmp_path / "a folder"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as error:
+        s2.io.save_solution(folder, sol)
+    assert str(folder) in str(error.value) and ".tmp" not in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a folder"]  # no temporary left
+
+
+def _writer(path, *, kill):
+    """A process that opens an atomic write of `path`, writes part of it, then is killed or waits
+    for a line on stdin before finishing."""
+    end = "os.kill(os.getpid(), signal.SIGKILL)" if kill else "print('open', flush=True); sys.stdin.readline()"
+    script = (
+        "import os, signal, sys\n"
+        "import s2jax as s2\n"
+        f"with s2.io.atomic_write({str(path)!r}) as file:\n"
+        f"    file.write(b'partial'); file.flush()\n"
+        f"    {end}\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _temporaries(folder, name):
+    """The temporary files of writes of `name` (`.<name>.<8 random characters>.….tmp`)."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.(.*\.)?tmp")
+    return sorted(p.name for p in folder.iterdir() if pattern.fullmatch(p.name))
+
+
+def test_the_next_save_removes_temporaries_of_killed_writes(tmp_path):
+    """Temporaries of the same target whose writer was killed go; a live writer's, and another
+    target's, stay (after 50 kills, 49 temporaries used to stay)."""
+    path, other = tmp_path / "run.npz", tmp_path / "run.npz.old"
+    killed = [_writer(target, kill=True) for target in (other, path)]
+    assert [writer.wait(timeout=120) for writer in killed] == [-9, -9]
+    assert len(_temporaries(tmp_path, "run.npz")) == 1 and len(_temporaries(tmp_path, "run.npz.old")) == 1
+    # the next killed write removes the first one's temporary, and leaves its own
+    again = _writer(path, kill=True)
+    assert again.wait(timeout=120) == -9
+    left = _temporaries(tmp_path, "run.npz")
+    assert len(left) == 1 and left[0].endswith(f".{again.pid}@{socket.gethostname()}.tmp")
+    live = _writer(path, kill=False)
+    try:
+        assert live.stdout.readline() == "open\n"
+        sol, _ = _solution()
+        s2.io.save_solution(path, sol)
+        left = _temporaries(tmp_path, "run.npz")
+        assert len(left) == 1 and left[0].endswith(f".{live.pid}@{socket.gethostname()}.tmp")
+        assert len(_temporaries(tmp_path, "run.npz.old")) == 1
+    finally:
+        live.communicate("\n", timeout=120)
+    assert live.returncode == 0 and path.read_bytes() == b"partial"  # the live writer finished
+    assert _temporaries(tmp_path, "run.npz") == []

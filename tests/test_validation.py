@@ -103,3 +103,82 @@ def test_float32_is_named():
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert "s2jax computes in float64" in run.stderr and "jax_enable_x64" in run.stderr, run.stderr[-500:]
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(dt="0.01"), r"dt must be a real number; got '0.01' \(a str\)"),
+        (dict(dt=True), r"dt must be a real number; got True \(a bool\)"),
+        (dict(q0=np.ones((2, 3), bool)), r"q0 must be an array of real numbers; got dtype bool"),
+        (dict(omega0=np.zeros((2, 3), bool)), r"omega0 must be an array of real numbers; got dtype bool"),
+        (dict(q0=np.zeros((0, 3)), omega0=np.zeros((0, 3))), r"q0 has no bodies, shape \(0, 3\); n ≥ 1"),
+    ],
+)
+def test_arguments_of_the_wrong_kind_are_named(change, match):
+    inputs = {"q0": Q0, "omega0": OMEGA0, "dt": 0.01, **change}
+    with pytest.raises(ValueError, match=match):
+        s2.simulate(dsp.lagrangian, inputs["q0"], inputs["omega0"], dsp.paper_params(), dt=inputs["dt"], num_steps=2)
+
+
+def test_a_missing_params_key_is_named():
+    """The model's own KeyError ('g') becomes a ValueError naming the key and the keys given."""
+    params = {k: v for k, v in dsp.paper_params().items() if k != "g"}
+    with pytest.raises(ValueError, match=r"params has no key 'g'.*keys given: \['l1', 'l2', 'm1', 'm2'\]"):
+        s2.simulate(dsp.lagrangian, Q0, OMEGA0, params, dt=0.01, num_steps=2)
+
+
+@pytest.mark.parametrize("block_size", [0, -2, 2.5, True])
+def test_checkpointed_adjoint_needs_a_positive_block_size(block_size):
+    with pytest.raises(ValueError, match=r"CheckpointedAdjoint\(block_size\) must be a positive Python int"):
+        s2.CheckpointedAdjoint(block_size=block_size)
+    assert s2.CheckpointedAdjoint(block_size=None).block_size is None  # None: √save_every
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(rtol=-1e-3), r"AdaptiveRungeKutta45: rtol must be finite and ≥ 0; got -0.001"),
+        (dict(atol=float("nan")), r"AdaptiveRungeKutta45: atol must be finite and ≥ 0; got nan"),
+        (dict(rtol=0.0, atol=0.0), r"AdaptiveRungeKutta45: rtol and atol are both 0"),
+        (dict(max_steps=0), r"AdaptiveRungeKutta45\(max_steps\) must be a positive Python int"),
+    ],
+)
+def test_adaptive_tolerances_are_checked(options, match):
+    with pytest.raises(ValueError, match=match):
+        s2.AdaptiveRungeKutta45(**options)
+
+
+_PENDULUM = s2.models.spherical_pendulum
+_TOO_LARGE = {"m": 1.0, "r": 1.0, "g": 9.81}, np.array([[np.sin(0.3), 0.0, np.cos(0.3)]]), np.array([[0.0, 1.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    "integrator, condition",
+    [
+        (
+            s2.VariationalIntegrator(),
+            r"too large for VariationalIntegrator: no rotation solves the Cayley equation \(3\.16\)",
+        ),
+        (s2.Rattle(), r"too large for Rattle: RATTLE's position constraints \|q_\{i,k\+1\}\|² = 1"),
+        (s2.StormerVerlet(), r"too large for StormerVerlet: the quadratic .* for s = \|v_\{n\+1/2\}\|²"),
+        (
+            s2.ExplicitVariationalIntegrator(),
+            r"too large for ExplicitVariationalIntegrator: 1 − \|a_i\|² < 0 in \(3\.17\)",
+        ),
+    ],
+)
+def test_a_step_too_large_is_explained_by_the_integrators_own_condition(integrator, condition):
+    """A pendulum turning 2 rad in one step: each integrator names why its own step fails (the
+    implicit VI's and RATTLE's messages used to explain the explicit VI's (3.17))."""
+    params, q0, omega0 = _TOO_LARGE
+    with pytest.raises(s2.SimulationError, match=condition) as error:
+        s2.simulate(_PENDULUM.lagrangian, q0, omega0, params, dt=2.0, num_steps=2, integrator=integrator)
+    if not isinstance(integrator, s2.ExplicitVariationalIntegrator):
+        assert "(3.17)" not in str(error.value) and "ExplicitVariationalIntegrator" not in str(error.value)
+    # the same message from the host check of a compiled run
+    run = jax.jit(
+        lambda q: s2.simulate(_PENDULUM.lagrangian, q, omega0, params, dt=2.0, num_steps=2, integrator=integrator)
+    )
+    with pytest.raises(jax.errors.JaxRuntimeError, match=condition):
+        jax.block_until_ready(run(jnp.asarray(q0)))

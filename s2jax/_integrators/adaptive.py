@@ -13,9 +13,11 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._results import RESULTS
 from .._system import AbstractSystem
+from .._validation import positive_int
 from .base import AbstractAdaptiveIntegrator, check_finite
 
 
@@ -59,6 +61,17 @@ class AdaptiveRungeKutta45(AbstractAdaptiveIntegrator):
     is_symmetric: ClassVar[bool] = False
     requires_diagonal_inertia: ClassVar[bool] = False
     velocity_dependent_forces: ClassVar[bool] = True
+
+    def __check_init__(self):
+        positive_int(self.max_steps, "AdaptiveRungeKutta45(max_steps)")
+        tolerances = {"rtol": self.rtol, "atol": self.atol}
+        if any(isinstance(x, jax.core.Tracer) for x in tolerances.values()):
+            return  # traced tolerances: diffrax takes them as they are
+        for name, value in tolerances.items():
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"AdaptiveRungeKutta45: {name} must be finite and ≥ 0; got {value}")
+        if self.rtol == 0 and self.atol == 0:
+            raise ValueError("AdaptiveRungeKutta45: rtol and atol are both 0; no step could meet them")
 
     def solve(self, system, ts, y0, args):
         diffrax = _diffrax()

@@ -15,6 +15,7 @@ from jax import lax
 
 from .._chart import chart_to_state, state_to_chart, tangent_basis
 from .._results import RESULTS
+from .._validation import positive_int
 from ._solver import AbstractControlSolver, augmented_lagrangian
 
 
@@ -48,6 +49,9 @@ class ILQR(AbstractControlSolver):
     rtol: float = 1e-10
     regularisation: float = 1e-6
     penalty: float = 10.0
+
+    def __check_init__(self):
+        positive_int(self.max_steps, "ILQR(max_steps)")
 
     def init(self, problem, q0, omega0, controls):
         return controls

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._adjoint import NO_FAILURE
 from .._jit import filter_jit
 from .._results import RESULTS
 from ._problem import Problem
@@ -17,7 +18,12 @@ class RecedingHorizonSolution(eqx.Module):
 
     **Fields:** `t`, `q`, `omega`: the closed-loop trajectory of the plant, (K·s + 1, …) for K
     solves applying s steps each; `controls`: the controls applied, (K·s, …); `results`: each
-    solve's result code, (K,); `iterations`: each solve's inner iterations, (K,).
+    solve's result code, (K,), or the plant's from the solve whose plant steps failed on;
+    `iterations`: each solve's inner iterations, (K,); `result`: the plant's code,
+    `RESULTS.successful` or why its step failed; `failed_step`: the plant step that failed, or −1.
+
+    As in `simulate`, the plant's state freezes at its last good step: after a failed plant step,
+    `q` and `omega` repeat the state before it.
     """
 
     t: jax.Array
@@ -26,6 +32,8 @@ class RecedingHorizonSolution(eqx.Module):
     controls: jax.Array
     results: RESULTS
     iterations: jax.Array
+    result: RESULTS
+    failed_step: jax.Array
 
 
 def receding_horizon(
@@ -60,6 +68,10 @@ def receding_horizon(
       integrator to test robustness to model error.
     - `init`: the first solve's initial guess (default zeros).
 
+    A plant step that fails (a non-finite state, a step too large, Newton not converged) is
+    reported, not raised: `result` and `failed_step` say what and where, and the plant stays at
+    its last good state for the rest of the loop.
+
     **Returns:** a `RecedingHorizonSolution`.
     """
     plant = problem if plant is None else plant
@@ -77,25 +89,35 @@ def receding_horizon(
 
 @filter_jit
 def _receding_horizon(problem, plant, solver, q0, omega0, init, num_solves, steps, max_outer_steps, tolerance):
+    def plant_step(carry, xs):
+        """One plant step, frozen after a failure as `simulate`'s loop (`_loop.Loop.step`) is."""
+        y, result, failed_step = carry
+        k, u = xs
+        y_next, step_result = plant.step(k.astype(q0.dtype) * plant.dt, *y, u)
+        running = result == RESULTS.successful
+        accept = running & (step_result == RESULTS.successful)
+        y = jax.tree.map(lambda new, old: jnp.where(accept, new, old), y_next, y)
+        failed_step = jnp.where(running & ~accept, k, failed_step)
+        result = RESULTS.where(running, step_result, result)
+        return (y, result, failed_step), y
+
     def one_solve(carry, index):
-        q, omega, guess = carry
+        q, omega, guess, result, failed_step = carry
         solution = solve_in_graph(problem, solver, q, omega, guess, max_outer_steps, tolerance)
-
-        def plant_step(state, xs):
-            k, u = xs
-            (q1, w1), _ = plant.step((index * steps + k) * plant.dt, *state, u)
-            return (q1, w1), (q1, w1)
-
         applied = solution.controls[:steps]
-        ks = jnp.arange(steps, dtype=q.dtype)
-        (q, omega), (qs, omegas) = lax.scan(plant_step, (q, omega), (ks, applied))
+        ks = index * steps + jnp.arange(steps)
+        ((q, omega), result, failed_step), (qs, omegas) = lax.scan(
+            plant_step, ((q, omega), result, failed_step), (ks, applied)
+        )
         shifted = jnp.concatenate([solution.controls[steps:], jnp.repeat(solution.controls[-1:], steps, axis=0)])
-        outputs = (qs, omegas, applied, solution.result, solution.num_iterations)
-        return (q, omega, shifted), outputs
+        solve_result = RESULTS.where(result == RESULTS.successful, solution.result, result)
+        outputs = (qs, omegas, applied, solve_result, solution.num_iterations)
+        return (q, omega, shifted, result, failed_step), outputs
 
-    indices = jnp.arange(num_solves, dtype=q0.dtype)
-    _, (qs, omegas, controls, results, iterations) = lax.scan(one_solve, (q0, omega0, init), indices)
+    carry = (q0, omega0, init, RESULTS.successful, jnp.array(NO_FAILURE))
+    final, (qs, omegas, controls, results, iterations) = lax.scan(one_solve, carry, jnp.arange(num_solves))
     q = jnp.concatenate([q0[None], qs.reshape(-1, *q0.shape)])
     omega = jnp.concatenate([omega0[None], omegas.reshape(-1, *q0.shape)])
     t = plant.dt * jnp.arange(q.shape[0], dtype=q0.dtype)
-    return RecedingHorizonSolution(t, q, omega, controls.reshape(-1, *controls.shape[2:]), results, iterations)
+    controls = controls.reshape(-1, *controls.shape[2:])
+    return RecedingHorizonSolution(t, q, omega, controls, results, iterations, *final[3:])

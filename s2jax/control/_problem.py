@@ -16,6 +16,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
@@ -71,6 +72,8 @@ class Problem(eqx.Module):
             raise TypeError(f"`force` must be an s2jax.AbstractForce that reads the control; got {self.force!r}")
         if self.dt <= 0 or self.num_steps < 1:
             raise ValueError(f"need dt > 0 and num_steps ≥ 1; got dt = {self.dt}, num_steps = {self.num_steps}")
+        if self.bounded:
+            _check_bounds(self.lower, self.upper, self.control_shape)
 
     @property
     def bounded(self) -> bool:
@@ -143,6 +146,32 @@ class Problem(eqx.Module):
         return self.running(solution.t[:-1], solution.q[:-1], solution.omega[:-1], controls) + self.terminal(
             solution.q[-1], solution.omega[-1]
         )
+
+
+def _check_bounds(lower, upper, control_shape) -> None:
+    """`lower` and `upper` broadcast to one control's shape and lower ≤ upper, or a `ValueError`."""
+    bounds = {"lower": lower, "upper": upper}
+    if any(isinstance(x, jax.core.Tracer) for x in bounds.values()):
+        return
+    bounds = {name: np.asarray(x) for name, x in bounds.items()}
+    for name, x in bounds.items():
+        if _broadcast_shape(x.shape, control_shape) != tuple(control_shape):
+            raise ValueError(
+                f"`{name}` must have the shape of one control, control_shape = {tuple(control_shape)} (or "
+                f"broadcast to it); got {x.shape}"
+            )
+    lower, upper = (np.broadcast_to(x, control_shape) for x in bounds.values())
+    crossed = ~(lower <= upper)
+    if np.any(crossed):
+        index = tuple(int(i) for i in np.argwhere(crossed)[0])
+        raise ValueError(f"`lower` must be ≤ `upper`; at {index}: lower = {lower[index]} > upper = {upper[index]}")
+
+
+def _broadcast_shape(shape, control_shape) -> tuple[int, ...] | None:
+    try:
+        return np.broadcast_shapes(shape, tuple(control_shape))
+    except ValueError:
+        return None
 
 
 class ControlSolution(eqx.Module):
