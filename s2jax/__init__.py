@@ -20,6 +20,7 @@ from ._adjoint import (
     default_adjoint as default_adjoint,
 )
 from ._batch import simulate_batch as simulate_batch
+from ._cache import default_cache_dir as default_cache_dir, enable_compilation_cache as enable_compilation_cache
 from ._diagnostics import (
     energy as energy,
     figures_of_merit as figures_of_merit,

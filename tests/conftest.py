@@ -1,3 +1,6 @@
+import os
+import pathlib
+
 import jax
 import pytest
 
@@ -6,6 +9,18 @@ import pytest
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# JAX's persistent compilation cache: a program compiled by one test worker is read back by the
+# other, by a later module after `_release_compiled_code`, by the notebooks' kernels (through the
+# environment) and by the next run. `.ci/run` starts from a clean clone, so there it only shares
+# work within the run. Set S2JAX_TEST_COMPILATION_CACHE to move it; delete the folder to clear it.
+_CACHE = os.environ.setdefault(
+    "S2JAX_TEST_COMPILATION_CACHE", str(pathlib.Path(__file__).resolve().parent.parent / ".cache" / "jax-tests")
+)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+os.environ.setdefault("S2JAX_CACHE_DIR", _CACHE)  # where `python -m s2jax` (tests/test_reproduce.py) puts it
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -3,6 +3,9 @@
 python -m s2jax reproduce [example …|all] [--out DIR] [--horizon-scale X]
 python -m s2jax double-pendulum [--out DIR]      (= reproduce 1)
 python -m s2jax control [example …|all] [--out DIR]   (trajectory optimisation, 1 … 3)
+
+Compiled programs are kept in JAX's persistent compilation cache (`s2jax.default_cache_dir()`,
+`$S2JAX_CACHE_DIR` to move it), so a second run compiles little; `--no-cache` turns it off.
 """
 
 import argparse
@@ -12,7 +15,7 @@ import sys
 
 import jax
 
-from .. import AdaptiveRungeKutta45
+from .. import AdaptiveRungeKutta45, enable_compilation_cache
 from . import control_examples
 from .reproduce import EXAMPLES, reproduce
 
@@ -58,8 +61,11 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--no-cache", action="store_true", help="do not use the persistent compilation cache")
     rp = commands.add_parser(
         "reproduce",
+        parents=[common],
         help="002 §3.5 Examples 1–6: tables beside the paper's, Figs. 3.1–3.7, trajectories",
     )
     rp.add_argument("examples", nargs="*", metavar="example", help="1 … 6 or 'all' (default)")
@@ -72,11 +78,15 @@ def main(argv=None) -> int:
         default=1.0,
         help="run this fraction of each horizon (for tests; 1 = the paper's)",
     )
-    dp = commands.add_parser("double-pendulum", help="002 Example 1 against RK45 (= reproduce 1)")
+    dp = commands.add_parser(
+        "double-pendulum", parents=[common], help="002 Example 1 against RK45 (= reproduce 1)"
+    )
     dp.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("out"), help="folder for figures"
     )
-    cp = commands.add_parser("control", help="trajectory optimisation examples 1–3 by iLQR, with figures")
+    cp = commands.add_parser(
+        "control", parents=[common], help="trajectory optimisation examples 1–3 by iLQR, with figures"
+    )
     cp.add_argument("examples", nargs="*", metavar="example", help="1 … 3 or 'all' (default)")
     cp.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"), help="folder for figures")
     args = parser.parse_args(argv)
@@ -94,6 +104,8 @@ def main(argv=None) -> int:
     if missing is not None:
         print(f"python -m s2jax {args.command} {missing}", file=sys.stderr)
         return 1
+    if not args.no_cache:
+        enable_compilation_cache()
     import matplotlib
 
     # Figures are written to files, never shown: no display needed.
