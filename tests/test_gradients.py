@@ -511,7 +511,7 @@ def test_dense_path_forward_and_reverse_mode_agree_with_differences(n):
     chain = s2.models.chain_pendulum
     params = jax.tree_util.tree_map(jnp.asarray, chain.paper_params(n))
     q0, omega0 = (jnp.asarray(x) for x in chain.paper_state(n))
-    system = s2.LagrangianSystem(chain.lagrangian)  # M dense: the chain is not declared
+    system = s2.LagrangianSystem(chain.lagrangian, inertia_structure="dense")  # the dense path, on a chain
 
     def loss(scale):
         p = {**params, "masses": params["masses"].at[0].multiply(scale)}

@@ -50,7 +50,7 @@ def _case(integrator, cheapest=False):
             rotating.paper_state(), "Omega"
     elif kind is s2.GeneralLagrangianSystem:
         model, params, state, key = rotating.lagrangian, rotating.paper_params(), rotating.paper_state(), "Omega"
-    elif integrator.requires_diagonal_inertia or (cheapest and kind is s2.AbstractSystem):
+    elif integrator.requires_diagonal_inertia or cheapest:
         model, params, state, key = single.lagrangian, single.paper_params(), single.paper_state(), "g"
     else:
         assert issubclass(LagrangianSystem, kind)
@@ -141,8 +141,9 @@ def test_measured_order_is_the_declared_order(integrator):
 @pytest.mark.parametrize("integrator", FIXED_STEP, ids=_name)
 def test_jit_vmap_grad(integrator):
     """jit(vmap) gives the eager runs; each admissible adjoint's gradient matches differences."""
-    # The methods of the equations of motion on one body: XLA takes minutes to compile the
-    # reverse pass of RKMK4 on two (85 s against 43 s here, 2-core CPU, one run under load).
+    # One body wherever the kind allows: the reverse passes of the order-4 methods (RKMK4, the
+    # compositions) compile for a minute or more on two bodies. The dense path's gradients:
+    # tests/test_gradients.py::test_dense_path_forward_and_reverse_mode_agree_with_differences.
     model, params, q0, omega0, key = _case(integrator, cheapest=True)
     options = dict(dt=0.02, num_steps=6, integrator=integrator)
 

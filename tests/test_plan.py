@@ -36,6 +36,13 @@ def _reach(model, num_steps=20):
     )
 
 
+@pytest.fixture(scope="module")
+def ilqr_on_the_lagrangian():
+    """iLQR's solution of `_reach` on the rotating pendulum's Lagrangian (shared: one compile)."""
+    q0, omega0 = rotating.paper_state()
+    return s2.control.solve(_reach(rotating.lagrangian), q0, omega0, solver=s2.control.ILQR())
+
+
 def test_auto_integrator_selects_by_system_kind():
     auto = s2.AutoIntegrator()
     assert type(auto.select(s2.LagrangianSystem(dsp.lagrangian), "diagonal")) is s2.ExplicitVariationalIntegrator
@@ -74,13 +81,13 @@ def test_integrator_system_type_is_the_only_compatibility_rule():
 
 
 @pytest.mark.slow
-def test_ilqr_drives_the_rotating_pendulum_to_rest_at_a_target():
+def test_ilqr_drives_the_rotating_pendulum_to_rest_at_a_target(ilqr_on_the_lagrangian):
     """iLQR on a Lagrangian not of the form (2.2), the project's own rotating pendulum: it runs the
     GeneralVariationalIntegrator, meets the terminal constraint, and agrees with single shooting
     (a second solver through reverse-mode gradients of `simulate`) on the optimum."""
     problem = _reach(rotating.lagrangian)
     q0, omega0 = rotating.paper_state()
-    ilqr = s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR())
+    ilqr = ilqr_on_the_lagrangian
     assert ilqr.result == s2.RESULTS.successful
     assert float(ilqr.constraint_violation) < 1e-6
     np.testing.assert_allclose(ilqr.q[-1], TARGET, atol=1e-6)
@@ -107,11 +114,11 @@ def test_ilqr_drives_the_rotating_pendulum_to_rest_at_a_target():
 
 
 @pytest.mark.slow
-def test_ilqr_on_a_hamiltonian_system_matches_its_lagrangian():
+def test_ilqr_on_a_hamiltonian_system_matches_its_lagrangian(ilqr_on_the_lagrangian):
     """The same problem given as a `HamiltonianSystem` (HamiltonianRattle) reaches the same
     optimum as the Lagrangian (GeneralVariationalIntegrator) to the methods' O(h²) difference."""
     q0, omega0 = rotating.paper_state()
-    lagrangian = s2.control.solve(_reach(rotating.lagrangian), q0, omega0, solver=s2.control.ILQR())
+    lagrangian = ilqr_on_the_lagrangian
     hamiltonian = s2.control.solve(
         _reach(s2.HamiltonianSystem(_rotating_hamiltonian)), q0, omega0, solver=s2.control.ILQR()
     )
