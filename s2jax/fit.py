@@ -10,6 +10,7 @@ short segments keep each simulation close to its linearisation.
 
 import math
 import numbers
+import warnings
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -50,6 +51,13 @@ class FitResult(eqx.Module):
       shape (J, b, 3).
     - `continuity_defect`: the largest jump max |q_end − q_start| between the end of a segment
       and the start of the next (0 for a single segment).
+    - `reduced_chi_squared`: the goodness of fit, χ²/ν of the residuals against a noise level
+      that does not come from them: the `noise_std` given, or else the noise along the radius
+      read from the observations' lengths (see `fit`); ≈ 1 for a model that fits its data, NaN
+      when there is no such noise level (σ estimated from unit-length observations: χ²/ν would
+      be 1 by construction).
+    - `reduced_chi_squared_limit`: its upper 10⁻³ quantile for a model that fits (`fit` warns
+      past it); NaN with `reduced_chi_squared`.
     """
 
     params: Params
@@ -63,6 +71,8 @@ class FitResult(eqx.Module):
     segment_omega: Float[Array, "S n 3"]
     predicted: Float[Array, "J b 3"]
     continuity_defect: Float[Array, ""]
+    reduced_chi_squared: Float[Array, ""]
+    reduced_chi_squared_limit: Float[Array, ""]
 
 
 class _FitProblem(eqx.Module):
@@ -160,6 +170,49 @@ def _positive(value, name):
     return float(value)
 
 
+# The standard normal's upper 10⁻³ quantile: a model that fits its data is flagged in 1 fit of 1000.
+_UPPER_QUANTILE_Z = 3.090232306167813
+# Observations whose lengths are 1 within this (rms) were normalised, or are noise-free: their
+# lengths say nothing about σ.
+_UNIT_LENGTH_RMS = 1e-9
+
+
+def _reduced_chi_squared_limit(dof: int, noise_dof: float = math.inf) -> float:
+    """The upper 10⁻³ quantile of χ²_ν/ν (σ known), or of F(ν, ν₂) (σ² estimated on ν₂ other
+    degrees of freedom), without scipy: the cube-root normal approximation of Wilson & Hilferty
+    (1931), in Paulson's (1942) form for F, ((1 − b) x − (1 − a)) / √(a + b x²) = z with x = F^{1/3},
+    a = 2/(9ν), b = 2/(9ν₂), solved for x. Within 2 % of the exact quantile for ν, ν₂ ≥ 10, and
+    above it (fewer false alarms) for smaller ν."""
+    z, a, b = _UPPER_QUANTILE_Z, 2 / (9 * dof), 2 / (9 * noise_dof)
+    quadratic, linear, constant = (1 - b) ** 2 - z * z * b, -2 * (1 - a) * (1 - b), (1 - a) ** 2 - z * z * a
+    root = (-linear + math.sqrt(linear * linear - 4 * quadratic * constant)) / (2 * quadratic)
+    return root**3
+
+
+def _goodness_of_fit(residuals, predicted, lengths, noise_std, num_unknowns):
+    """χ²/ν of the data residuals against a noise level that is not estimated from them, its
+    10⁻³ limit, ν and the noise level's origin; NaNs (and ν = 0) when there is none (see `fit`)."""
+    nothing = (math.nan, math.nan, 0, "")
+    if noise_std is not None:  # every component of the residual is noise: ν = 3Jb − p
+        dof = residuals.size - num_unknowns
+        if dof <= 0:
+            return nothing
+        value = float(np.sum(residuals**2)) / (noise_std**2 * dof)
+        return value, _reduced_chi_squared_limit(dof), dof, f"the given noise_std = {noise_std:.3g}"
+    # |q̃| − 1 = q·ε + O(ε²): the observations' lengths hold the noise along the radius, which no
+    # model on the sphere can fit; the residuals across it (2 of 3 components, ν = 2Jb − p) are
+    # tested against it, an F(ν, Jb) ratio.
+    radial = lengths - 1.0
+    radial_variance = float(np.mean(radial**2))
+    dof = 2 * radial.size - num_unknowns
+    if radial.size < 10 or dof <= 0 or math.sqrt(radial_variance) <= _UNIT_LENGTH_RMS:
+        return nothing
+    across = residuals - np.sum(residuals * predicted, axis=-1, keepdims=True) * predicted
+    value = float(np.sum(across**2)) / (dof * radial_variance)
+    origin = f"the noise along the radius, {math.sqrt(radial_variance):.3g}, read from the observations' lengths"
+    return value, _reduced_chi_squared_limit(dof, radial.size), dof, origin
+
+
 def fit(
     lagrangian: Lagrangian,
     params: Mapping[str, ArrayLike],
@@ -233,8 +286,20 @@ def fit(
 
     **Returns:** a `FitResult`.
 
+    **Goodness of fit.** A σ estimated from the residuals makes their χ²/ν = |r|²/(σ² ν) equal to 1
+    by construction, whatever the data, so the test needs a noise level from elsewhere. With
+    `noise_std` given, `reduced_chi_squared` is |r|²/(σ²(N − p)), χ²_ν/ν-distributed for a model that
+    fits. Without it, the noise is read from the observations' lengths: q̃ = q + ε is not
+    renormalised, so |q̃| − 1 ≈ q·ε is the noise along the radius, which no model on the sphere can
+    fit, and `reduced_chi_squared` compares the residuals across the radius with it (F-distributed,
+    ν = 2N/3 − p); observations of unit length (normalised, or noise-free) give no such level, and
+    NaN. Past the upper 10⁻³ quantile (`reduced_chi_squared_limit`) `fit` warns (`UserWarning`):
+    data of another body, shuffled in time, or a local minimum give χ²/ν of 10² and more; a model
+    that fits passes in 999 fits of 1000.
+
     Bad input raises `ValueError` before anything is compiled: shapes, non-finite data, times
-    off the step grid or before 0, unknown or non-positive free parameters, bodies out of range.
+    off the step grid or before 0, unknown or non-positive free parameters, bodies out of range,
+    fewer numbers observed than unknowns (or as many, with σ to estimate).
     """
     dt = _positive(dt, "dt")
     q0, omega0 = np.asarray(q0, dtype=float), np.asarray(omega0, dtype=float)
@@ -277,6 +342,16 @@ def fit(
     weights = weights if segments > 1 else weights[-1:]
     if noise_std is not None:
         noise_std = _positive(noise_std, "noise_std")
+    # The unknowns that the data must determine; the starts of segments 2..S are not among them
+    # (each is pinned by its jump). Checked here, before anything is compiled or optimised.
+    num_unknowns = sum(int(np.size(params[key])) for key in free) + (4 * n if fit_initial_state else 0)
+    if observations.size < num_unknowns + (noise_std is None):
+        unknowns = f"{num_unknowns} unknowns (the free values{', and 4n of the start' if fit_initial_state else ''})"
+        if observations.size < num_unknowns:
+            needed = "to determine them"
+        else:
+            needed = "to determine them and estimate the noise σ from the residuals (or give noise_std)"
+        raise ValueError(f"too few observations: {observations.size} numbers for {unknowns}; more are needed {needed}")
     if isinstance(optimizer, str):
         optimizer = named_optimizer(optimizer, _positive(learning_rate, "learning_rate"))
     lengths = np.linalg.norm(observations, axis=-1)
@@ -352,11 +427,20 @@ def fit(
         if converged:
             break
 
-    if noise_std is None:
-        degrees_of_freedom = data.size - int(independent.sum())
-        if degrees_of_freedom <= 0:
-            raise ValueError(f"too few observations ({data.size} numbers) to estimate the noise")
-        noise_std = float(jnp.sqrt(jnp.sum(data**2) / degrees_of_freedom))
+    chi_squared, limit, dof, origin = _goodness_of_fit(
+        np.asarray(data), np.asarray(data) + observations, lengths, noise_std, num_unknowns
+    )
+    if chi_squared > limit:
+        warnings.warn(
+            f"s2jax.fit: the model does not fit the data: χ²/ν = {chi_squared:.3g} (ν = {dof}) of the residuals "
+            f"against {origin}, where a model that fits stays below {limit:.3g} in 999 fits of 1000 "
+            "(FitResult.reduced_chi_squared). The fitted params and their standard errors are not to be trusted: "
+            "check the observed bodies, the times and the model, or, if this is a local minimum, start from a "
+            "better guess or use more segments.",
+            stacklevel=2,
+        )
+    if noise_std is None:  # ν > 0: checked before optimising
+        noise_std = float(jnp.sqrt(jnp.sum(data**2) / (data.size - num_unknowns)))
     effective = _eliminate_starts(jacobian, independent, data, jumps)[0]
     log_covariance = noise_std**2 * jnp.linalg.inv(effective.T @ effective)
     theta = jnp.exp(ravel_pytree(z[0])[0])
@@ -376,4 +460,6 @@ def fit(
         segment_omega=segment_omega,
         predicted=data + observations,
         continuity_defect=jnp.max(jnp.abs(jumps[:, 0]), initial=0.0),
+        reduced_chi_squared=jnp.asarray(chi_squared),
+        reduced_chi_squared_limit=jnp.asarray(limit),
     )

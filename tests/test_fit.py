@@ -4,6 +4,8 @@ Every fit here has the same shapes (3 s of the double spherical pendulum, 2 segm
 L-BFGS iteration, the Adam iteration and the Jacobian are each compiled once for the module.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -151,3 +153,64 @@ def test_a_failing_initial_simulation_names_fit(trajectory):
             omega0=omega0, free=FREE, integrator=s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=1)),
         )
     assert "throw=False" not in str(error.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise_std", [NOISE, None], ids=["given", "from-lengths"])
+def test_a_fit_of_the_right_model_has_reduced_chi_squared_near_one(trajectory, noise_std):
+    """Noisy directions of the simulated body: χ²/ν ≈ 1 against the given σ (ν = 177, spread
+    ±0.11) or against the noise along the radius read from the observations' lengths (an F ratio,
+    ν = 117 over 60, spread ±0.23), below the 10⁻³ limit, and no warning."""
+    clean = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
+    noisy = clean + NOISE * np.random.default_rng(0).normal(size=clean.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = _fit(trajectory, noisy, noise_std=noise_std)
+    chi_squared = float(result.reduced_chi_squared)
+    assert 0.5 < chi_squared < float(result.reduced_chi_squared_limit) < 2.5
+    assert abs(chi_squared - 1) < (0.35 if noise_std else 0.7)
+
+
+@pytest.mark.slow
+def test_data_shuffled_in_time_fail_the_goodness_of_fit_test(trajectory):
+    """The same noisy directions in a random order: no parameters fit them, and `fit` says so
+    (χ²/ν ~ 10⁵ against the noise in the observations' lengths) instead of returning far-off
+    parameters with only a large σ to show for it."""
+    clean = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
+    rng = np.random.default_rng(0)
+    noisy = clean + NOISE * rng.normal(size=clean.shape)
+    with pytest.warns(UserWarning, match=r"s2jax.fit: the model does not fit the data: .*observations' lengths"):
+        result = _fit(trajectory, noisy[rng.permutation(OBSERVED_STEPS.size)])
+    assert float(result.reduced_chi_squared) > 100 * float(result.reduced_chi_squared_limit)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(), r"too few observations: 3 numbers for 3 unknowns .* \(or give noise_std\)"),
+        (dict(noise_std=NOISE, fit_initial_state=True), r"too few observations: 3 numbers for 11 unknowns"),
+    ],
+)
+def test_too_few_observations_are_refused_before_anything_runs(trajectory, monkeypatch, change, message):
+    """One observed direction (3 numbers) cannot determine 3 free values and σ, nor 3 values and
+    the 8 numbers of the start: refused before any simulation or optimisation (it came after)."""
+    q0, omega0, truth = trajectory
+
+    def not_now(*args, **kwargs):
+        raise AssertionError("fit simulated or optimised before checking the degrees of freedom")
+
+    monkeypatch.setattr("s2jax.fit.simulate", not_now)
+    monkeypatch.setattr("s2jax.fit.minimise", not_now)
+    with pytest.raises(ValueError, match=message):
+        fit(
+            model.lagrangian,
+            GUESS,
+            np.asarray(truth.q)[5:6, [1]],
+            times=[5 * DT],
+            bodies=[1],
+            dt=DT,
+            q0=q0,
+            omega0=omega0,
+            free=FREE,
+            **change,
+        )

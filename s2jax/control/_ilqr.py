@@ -19,12 +19,6 @@ from .._validation import positive_int
 from ._solver import AbstractControlSolver, augmented_lagrangian
 
 
-def _basis(q):
-    """`tangent_basis` as a callback (numpy), for traced q."""
-    shape = jax.ShapeDtypeStruct((*q.shape[:-1], 2, 3), q.dtype)
-    return jax.pure_callback(lambda q: tangent_basis(q).astype(q.dtype), shape, q, vmap_method="expand_dims")
-
-
 def _to_vector(a, b):
     return jnp.concatenate([a.ravel(), b.ravel()])
 
@@ -39,7 +33,9 @@ class ILQR(AbstractControlSolver):
     **Arguments:**
 
     - `max_steps`: iterations (backward + forward pass) per augmented-Lagrangian round.
-    - `rtol`: stop when an accepted iteration lowers the cost by at most rtol·|J|.
+    - `rtol`: stop when an accepted iteration lowers the cost by at most rtol·|J|, or when the
+      quadratic model's full step (at the initial regularisation or less) promises no more than
+      that: the test an optimum with J = 0 passes, where no step can lower J.
     - `regularisation`: the initial μ added to Q_uu (raised ×10 when a pass fails, lowered ÷10
       when one succeeds).
     - `penalty`: the initial augmented-Lagrangian ρ of the terminal constraint.
@@ -90,7 +86,7 @@ class ILQR(AbstractControlSolver):
 
         def expand(q, omega, controls):
             """A, B, the running costs' derivatives and the terminal cost's, around a trajectory."""
-            basis = _basis(q)
+            basis = tangent_basis(q)
             t = dt * jnp.arange(problem.num_steps, dtype=q.dtype)
 
             def local_step(x, v, k):
@@ -194,12 +190,19 @@ class ILQR(AbstractControlSolver):
 
             first = try_alpha((jnp.asarray(1.0, q.dtype), None))
             _, (trial, accept) = lax.while_loop(search_cond, search_body, first)
+            # Stationary: the full step of the quadratic model, undamped beyond the initial μ,
+            # promises at most rtol·|J| (the step is still taken if the line search accepts it).
+            # At an optimum where J = 0 (e.g. u = 0 holding an equilibrium) no trial can lower J,
+            # so the line search always fails: without this test μ grew to its cap and the
+            # optimum was reported as not converged.
+            predicted = -(decrease[0] + decrease[1])
+            stationary = ok & (mu <= self.regularisation) & (predicted <= self.rtol * jnp.abs(cost))
             accept = accept & ok
             q_new, omega_new, controls_new, cost_new = jax.tree.map(
                 lambda new, old: jnp.where(accept, new, old), trial, (q, omega, controls, cost)
             )
-            converged = accept & (jnp.abs(cost - cost_new) <= self.rtol * jnp.abs(cost))
-            mu = jnp.where(accept, jnp.maximum(mu / 10, 1e-9), mu * 10)
+            converged = stationary | (accept & (jnp.abs(cost - cost_new) <= self.rtol * jnp.abs(cost)))
+            mu = jnp.where(accept | stationary, jnp.maximum(mu / 10, 1e-9), mu * 10)
             values = values.at[k].set(cost_new)
             stuck = mu > 1e10
             return q_new, omega_new, controls_new, cost_new, mu, k + 1, values, converged | stuck

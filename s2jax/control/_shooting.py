@@ -107,10 +107,7 @@ class MultipleShooting(AbstractControlSolver):
         guess = problem.simulate(q0, omega0, controls)
         base_q = guess.q[length:-1:length]
         base_omega = guess.omega[length:-1:length]
-        basis = jax.pure_callback(
-            lambda q: tangent_basis(q).astype(q.dtype), jax.ShapeDtypeStruct((*base_q.shape[:-1], 2, 3), base_q.dtype),
-            base_q,
-        )
+        basis = tangent_basis(base_q)
         zeros = jnp.zeros((self.num_segments - 1, q0.shape[0], 2), q0.dtype)
         return MultipleShootingState(_from_controls(problem, controls), (zeros, zeros), base_q, base_omega, basis)
 

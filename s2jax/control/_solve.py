@@ -35,7 +35,10 @@ def solve(
     - `solver`: `SingleShooting()`, `MultipleShooting(num_segments)` or `ILQR()`.
     - `init`: the initial guess of the controls, shape (num_steps, *control_shape) (a warm start,
       e.g. a previous solution's controls); default zeros (moved into the bounds).
-    - `max_outer_steps`: the cap on augmented-Lagrangian rounds (with constraints).
+    - `max_outer_steps`: the cap on augmented-Lagrangian rounds (with constraints). A round that
+      lowers neither the constraint violation nor the cost ends the solve early with
+      `RESULTS.optimisation_not_converged` (the constraint is unreachable from there; see
+      docs/api/control.md).
     - `constraint_tolerance`: the largest |c| accepted.
     - `throw`: raise `SimulationError` if the solve did not converge or a simulation failed;
       with `throw=False` the result is in `ControlSolution.result`.
@@ -68,14 +71,17 @@ def solve(
     solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, progress)
     if throw:
         codes = solution.result._value
-        solution = error_if(solution, codes != RESULTS.successful._value, _raise_if_failed, codes)
+        if isinstance(codes, jax.core.Tracer):  # under the user's jit or vmap: checked in the graph
+            solution = error_if(solution, codes != RESULTS.successful._value, _raise_if_failed, codes)
+        else:  # on the host: a SimulationError itself, and no callback in a cached program
+            _raise_if_failed(codes)
     return solution
 
 
 def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, progress=False) -> ControlSolution:
     """The computation of `solve`, without its eager checks and error raising."""
     decision = solver.init(problem, q0, omega0, problem.clip(init))
-    decision, history, total, outer, converged, _ = run_augmented_lagrangian(
+    decision, history, total, outer, converged, _, _ = run_augmented_lagrangian(
         solver, problem, q0, omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
         penalty=getattr(solver, "penalty", 10.0), progress=progress,
     )
@@ -98,7 +104,14 @@ def _raise_if_failed(codes):
     if bad.size:
         index = tuple(int(i) for i in bad[0]) if codes.ndim else ()
         where = f" (batch index {index})" if codes.ndim else ""
+        code = int(codes[index])
+        hint = ""
+        if code == RESULTS.optimisation_not_converged._value:
+            hint = (
+                " (or stopped early: an augmented-Lagrangian round lowered neither the constraint violation nor "
+                "the cost, so the terminal constraint looks unreachable, e.g. bounds too tight or horizon too short)"
+            )
         raise SimulationError(
-            f"s2jax.control.solve{where}: {RESULTS._index_to_message[int(codes[index])]}. Pass throw=False to "
+            f"s2jax.control.solve{where}: {RESULTS._index_to_message[code]}{hint}. Pass throw=False to "
             "get the last iterate and its result code."
         )

@@ -4,8 +4,12 @@ Every solver minimises, over its own decision variables, the augmented objective
 where c collects the equality constraints (the terminal constraint c(q_N, ω_N) = 0 and, for multiple
 shooting, the jumps between segments). `solve` updates the multipliers between inner solves,
 λ ← λ + ρ c, and raises ρ tenfold when |c| has not fallen by 4× (Nocedal & Wright, Algorithm 17.4, in
-its simplest form). Everything runs inside one compiled computation, so `jax.vmap` over initial states
-solves a batch in one call. See docs/api/control.md.
+its simplest form). A round that leaves |c| above the tolerance and lowers neither |c| nor J (by more
+than `STALL_FRACTION` of their previous values) makes no progress; one whose inner solve converged, or
+two in a row whatever the inner solve did, end the loop, not converged: the constraint cannot be met
+from where the solver is (an unreachable target, bounds too tight), and more rounds would only raise
+ρ. Everything runs inside one compiled computation, so `jax.vmap` over initial states solves a batch
+in one call. See docs/api/control.md.
 """
 
 import abc
@@ -62,6 +66,13 @@ def violation(constraint) -> Float[Array, ""]:
     return jnp.max(jnp.abs(constraint), initial=0.0)
 
 
+# A round makes progress when it lowers the violation max|c| or the cost J by more than this fraction
+# of the previous round's value. Far below the 4× fall per round that the penalty update asks for
+# (a hard swing-up's slowest rounds, before a breakthrough, still lower |c| by 5e-3), and above the
+# creep of controls squashed (tanh) against a bound that the target is beyond, 1e-9 to 4e-8 per round.
+STALL_FRACTION = 1e-6
+
+
 def run_augmented_lagrangian(
     solver: AbstractControlSolver,
     problem: Problem,
@@ -79,40 +90,57 @@ def run_augmented_lagrangian(
     With `progress`, each round prints its objective, inner iterations and constraint violation
     to stderr (a `jax.debug.callback`, once per round, never per inner iteration).
 
-    **Returns:** `(decision, history, num_iterations, num_outer, converged, violation)`.
+    A round after the first that leaves the violation above `tolerance` and lowers neither it nor
+    the cost J (the round's last objective less λ·c + ρ/2 |c|²) by more than `STALL_FRACTION` of
+    its previous value makes no progress; one whose inner solve converged, or the second in a row,
+    stops the loop (`stalled`): with ρ raised tenfold and nothing moving, the constraint cannot be
+    met from here. (A round cut off by `max_steps` alone may be on its way to a breakthrough, hence
+    the second chance.)
+
+    **Returns:** `(decision, history, num_iterations, num_outer, converged, violation, stalled)`.
     """
     num_constraints = solver.constraints(problem, q0, omega0, decision).size
     max_outer = max_outer_steps if num_constraints else 1
     history0 = jnp.full(((max_outer + 1) * solver.max_steps,), jnp.nan, q0.dtype)
 
     def cond(carry):
-        _, _, _, _, outer, _, done, _ = carry
-        return (outer < max_outer) & ~done
+        *_, outer, _, done, stalled, _, _, _ = carry
+        return (outer < max_outer) & ~done & ~stalled
 
     def body(carry):
-        decision, multipliers, rho, history, outer, total, _, previous = carry
+        decision, multipliers, rho, history, outer, total, _, _, previous, previous_cost, idle = carry
         decision, objective, steps, converged = solver.minimise(problem, q0, omega0, decision, multipliers, rho)
         history = lax.dynamic_update_slice(history, objective, (total,))
         constraint = solver.constraints(problem, q0, omega0, decision)
         size = violation(constraint)
+        last = objective[jnp.maximum(steps - 1, 0)]
+        cost = last - augmented_lagrangian(constraint, multipliers, rho)
+        lower_violation = size < (1.0 - STALL_FRACTION) * previous
+        lower_cost = previous_cost - cost > STALL_FRACTION * jnp.abs(previous_cost)
         multipliers = multipliers + rho * constraint
         rho = jnp.where(size > 0.25 * previous, 10.0 * rho, rho)
         done = converged & (size <= tolerance)
+        # The constraint met, only the inner solve is left to converge: that is not a stall.
+        no_progress = (outer > 0) & (size > tolerance) & ~lower_violation & ~lower_cost
+        stalled = no_progress & (converged | idle)
         if progress:
-            jax.debug.callback(_print_round, outer, objective[jnp.maximum(steps - 1, 0)], steps, size, converged)
-        return decision, multipliers, rho, history, outer + 1, total + steps, done, size
+            jax.debug.callback(_print_round, outer, last, steps, size, converged, stalled)
+        return decision, multipliers, rho, history, outer + 1, total + steps, done, stalled, size, cost, no_progress
 
     initial = violation(solver.constraints(problem, q0, omega0, decision))
     carry = (
         decision, jnp.zeros((num_constraints,), q0.dtype), jnp.asarray(penalty, q0.dtype), history0,
-        jnp.array(0), jnp.array(0), jnp.array(False), initial,
+        jnp.array(0), jnp.array(0), jnp.array(False), jnp.array(False), initial, jnp.asarray(jnp.inf, q0.dtype),
+        jnp.array(False),
     )
-    decision, _, _, history, outer, total, done, size = lax.while_loop(cond, body, carry)
-    return decision, history[: max_outer * solver.max_steps], total, outer, done, size
+    decision, _, _, history, outer, total, done, stalled, size, _, _ = lax.while_loop(cond, body, carry)
+    return decision, history[: max_outer * solver.max_steps], total, outer, done, size, stalled
 
 
-def _print_round(outer, objective, steps, size, converged):
+def _print_round(outer, objective, steps, size, converged, stalled):
     status = "" if converged else " (inner solve not converged)"
+    if stalled:
+        status += "; no progress this round (neither the violation nor the cost fell): stopping"
     print(
         f"s2jax.control.solve: round {int(outer) + 1}: objective {float(objective):.6g} after {int(steps)} "
         f"iterations, constraint violation {float(size):.2e}{status}",
