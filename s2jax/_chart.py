@@ -10,24 +10,26 @@ multiple shooting; why this chart: docs/api/fit.md.
 """
 
 import jax.numpy as jnp
-import numpy as np
 
-from ._custom_types import Array, Float
+from ._custom_types import Array, ArrayLike, Float
 from ._geometry import cayley_rotate
 
 
-def tangent_basis(q: Float[Array, "... 3"]) -> np.ndarray:
-    """An orthonormal basis (e₁, e₂) of T_q S² for each row of q, shape (..., 2, 3) (numpy).
+def tangent_basis(q: Float[ArrayLike, "... 3"]) -> Float[Array, "... 2 3"]:
+    """An orthonormal basis (e₁, e₂) of T_q S² for each row of q, shape (..., 2, 3).
 
-    e₁ is built from the coordinate axis least aligned with q, so it is never degenerate.
-    (`_two_body.tangent_basis` is a JAX construction of such a basis, used inside the VI step;
-    these charts keep this one, so that their coordinates do not change.)
+    e₁ is built from the coordinate axis least aligned with q, so it is never degenerate: it is
+    constant where that axis is, and the derivative through `argmin` is zero. In JAX, so that a
+    program using it (iLQR, multiple shooting) holds no host callback: it can be differentiated,
+    batched and stored in the persistent compilation cache.
+    (`_two_body.tangent_basis` is another such basis, used inside the VI step; these charts keep
+    this one, so that their coordinates do not change.)
     """
-    q = np.asarray(q)
-    axis = np.eye(3)[np.argmin(np.abs(q), axis=-1)]
-    e1 = np.cross(axis, q)
-    e1 /= np.linalg.norm(e1, axis=-1, keepdims=True)
-    return np.stack([e1, np.cross(q, e1)], axis=-2)
+    q = jnp.asarray(q)
+    axis = jnp.eye(3, dtype=q.dtype)[jnp.argmin(jnp.abs(q), axis=-1)]
+    e1 = jnp.cross(axis, q)
+    e1 = e1 / jnp.linalg.norm(e1, axis=-1, keepdims=True)
+    return jnp.stack([e1, jnp.cross(q, e1)], axis=-2)
 
 
 def chart_to_state(
