@@ -96,7 +96,7 @@ def failure_message(code, failed_step, dt, batch_index=None, integrator: str | N
     step = int(failed_step)
     before_first_step = (
         RESULTS.invalid_initial_state, RESULTS.invalid_parameters, RESULTS.invalid_controls,
-        RESULTS.not_lagrangian_form,
+        RESULTS.not_lagrangian_form, RESULTS.inertia_not_positive_definite,
         RESULTS.inertia_not_diagonal,
     )
     if any(code == c._value for c in before_first_step):

@@ -3,9 +3,15 @@
 (2.2) needs ∂²L/∂q̇∂q̇ = M ⊗ I₃ with M symmetric positive definite and independent of q, and
 L − L(q, 0) quadratic in q̇. The rules below are predicates on concrete or traced values
 alike: `check_lagrangian_form` raises the first that fails, naming the body, and
-`lagrangian_form_is_valid` evaluates the same predicates inside a computation (under `jax.jit`,
+`lagrangian_form_result` evaluates the same predicates inside a computation (under `jax.jit`,
 `jax.vmap` or `jax.grad` with respect to params), where `simulate` turns a failure into
 `RESULTS.not_lagrangian_form` instead of integrating the wrong equations.
+
+A Lagrangian that has the form (2.2) except that its M is not positive definite (a negative or
+zero mass, a zero length) is a separate diagnosis, the same eagerly and in the graph:
+`InertiaNotPositiveDefinite` (a `ValueError` naming the smallest eigenvalue of M) and
+`RESULTS.inertia_not_positive_definite`. Such an L is never run as a general Lagrangian: no
+integrator can take it.
 """
 
 from collections.abc import Callable
@@ -16,13 +22,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._custom_types import Array, Bool, Float, Lagrangian, Params
+from ._results import RESULTS
 from ._system import LagrangianSystem, SystemArgs
 
 _FORM = "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: "
 
+POSITIVE_DEFINITE_TOLERANCE = 1e-12
+"""An inertia is taken as positive definite when its smallest eigenvalue exceeds this times its
+largest entry (in absolute value): below that it is singular in float64."""
+
+
+class InertiaNotPositiveDefinite(ValueError):
+    """The inertia of a Lagrangian is not positive definite (the message names its smallest
+    eigenvalue): the form (2.2) holds otherwise, so the Lagrangian is not run as a general one."""
+
 
 def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[tuple[Bool[Array, "..."], Callable]]]:
     """M at q, and `(bad, message)` per rule: `bad` flags the offending bodies (or is a scalar).
+    The last rule, that M is positive definite, is a diagnosis of its own once the others hold.
 
     The Hessian is probed with three random vectors (Hessian–vector products, so the check
     costs O(1) Lagrangian gradients beyond the n tangents of M, for any n). M is compared at q,
@@ -49,6 +66,7 @@ def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[
     dependence = xp.max(xp.abs(inertias[1:] - inertia[None]), axis=(0, 2))
     asymmetry = xp.max(xp.abs(inertia - inertia.T))
     smallest = xp.linalg.eigvalsh(xp.nan_to_num(inertia))[0]  # a NaN M fails the rules above
+    largest = xp.max(xp.abs(inertia))  # for the message: `scale` is never below the smallest normal
     speed = 1.0 + xp.max(xp.abs(omega))
     quadratic = xp.max(xp.abs(residuals))
     return inertia, [
@@ -68,13 +86,18 @@ def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[
             lambda i: f"The inertia matrix M read off the Lagrangian is not symmetric:\n{np.asarray(inertia)}",
         ),
         (
-            ~(smallest > 1e-12 * scale),
-            lambda i: "The inertia matrix M read off the Lagrangian is not positive definite (smallest "
-            f"eigenvalue {float(smallest):.3e}); (2.2) of Lee–Leok–McClamroch 2009 needs M > 0.",
-        ),
-        (
             ~(quadratic <= 1e-9 * xp.maximum(scale, 1.0) * speed**2),
             lambda i: _FORM + "L(q, q̇) − L(q, 0) is not a quadratic form ½ Σ M_ij q̇_i·q̇_j in the velocities.",
+        ),
+        (
+            ~(smallest > POSITIVE_DEFINITE_TOLERANCE * scale),
+            lambda i: (
+                "The inertia matrix M of the Lagrangian (the form (2.2) of Lee–Leok–McClamroch 2009) is "
+                f"not positive definite: its smallest eigenvalue is {float(smallest):.3e}, not above "
+                f"{POSITIVE_DEFINITE_TOLERANCE:g} × max|M_ij| = {POSITIVE_DEFINITE_TOLERANCE * float(largest):.3e}. "
+                f"M =\n{np.asarray(inertia)}\nCheck the params: a zero or negative mass, or a zero length, "
+                "gives such an M, and no integrator can take it."
+            ),
         ),
     ]
 
@@ -84,20 +107,30 @@ def check_lagrangian_form(
 ) -> np.ndarray:
     """Check, with concrete values, that L has the form (2.2) of 002; return M as numpy.
 
-    Raises `ValueError` naming the first offending body (see `_rules` for what is probed).
+    Raises `ValueError` naming the first offending body (see `_rules` for what is probed);
+    `InertiaNotPositiveDefinite`, a `ValueError`, naming the smallest eigenvalue of M when L
+    has the form (2.2) with an M that is not positive definite.
     """
     inertia, rules = _rules(lagrangian, jnp.asarray(q), jnp.asarray(omega), params, np)
-    for bad, message in rules:
+    *structure, (indefinite, message) = rules
+    for bad, message_of_body in structure:
         bad = np.atleast_1d(np.asarray(bad))
         if np.any(bad):
-            raise ValueError(message(int(np.argmax(bad))))
+            raise ValueError(message_of_body(int(np.argmax(bad))))
+    if np.any(indefinite):
+        raise InertiaNotPositiveDefinite(message(0))
     return np.asarray(inertia)
 
 
-def lagrangian_form_is_valid(lagrangian, q, omega, params) -> Bool[Array, ""]:
-    """The predicates of `check_lagrangian_form` inside a computation: True if none fails."""
+def lagrangian_form_result(lagrangian, q, omega, params) -> RESULTS:
+    """The diagnosis of `check_lagrangian_form` inside a computation, as a result code:
+    `successful`, `not_lagrangian_form`, or `inertia_not_positive_definite` when L has the
+    form (2.2) but M is not positive definite (what `InertiaNotPositiveDefinite` says eagerly)."""
     _, rules = _rules(lagrangian, q, omega, params, jnp)
-    return ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in rules]))
+    *structure, (indefinite, _) = rules
+    structured = ~jnp.any(jnp.stack([jnp.any(bad) for bad, _ in structure]))
+    definite = RESULTS.where(jnp.any(indefinite), RESULTS.inertia_not_positive_definite, RESULTS.successful)
+    return RESULTS.where(structured, definite, RESULTS.not_lagrangian_form)
 
 
 @eqx.filter_jit

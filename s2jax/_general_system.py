@@ -7,16 +7,20 @@ elimination. `LagrangianSystem` covers the class (2.2) of 002, a constant M. Der
 docs/api/systems.md.
 """
 
+import dataclasses
 from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._custom_types import Array, Float, Lagrangian
+from ._custom_types import Array, Bool, Float, Lagrangian, Params
 from ._force import AbstractForce
+from ._form_check import POSITIVE_DEFINITE_TOLERANCE, InertiaNotPositiveDefinite
 from ._geometry import dot, project_tangent
 from ._newton import NewtonSettings, _solve_jacobian, newton_root
 from ._system import AbstractSystem, SystemArgs
+from ._two_body import tangent_basis
 
 
 def pinned_tangent(q: Float[Array, "n 3"], x: Float[Array, "n 3"], r: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
@@ -32,7 +36,9 @@ def pinned_tangent(q: Float[Array, "n 3"], x: Float[Array, "n 3"], r: Float[Arra
 class GeneralLagrangianSystem(AbstractSystem):
     """The system of any regular Lagrangian L(q, q̇) on (S²)ⁿ, with optional generalized forces.
 
-    Regular means that the 2n × 2n tangent part of ∂²L/∂q̇∂q̇ is nonsingular; it covers a
+    Regular means that the 2n × 2n tangent part of ∂²L/∂q̇∂q̇ is nonsingular; s2jax asks more,
+    that it be positive definite where the run starts (`check_tangent_inertia` before compiling,
+    `RESULTS.inertia_not_positive_definite` in the graph), as a kinetic energy's is. It covers a
     configuration-dependent inertia m_ij(q) (001 (11)), general 3 × 3 inertia blocks and
     gyroscopic terms linear in q̇. V(q) = −L(q, 0) is the "potential" that `potential_gradient`
     returns; the velocity terms are never split off by hand.
@@ -123,3 +129,55 @@ class GeneralLagrangianSystem(AbstractSystem):
 
         zero = jnp.zeros_like(q)
         return _solve_jacobian(jax.jacfwd(residual)(zero), -residual(zero))
+
+
+def tangent_inertia(system: GeneralLagrangianSystem, q, omega, args: SystemArgs) -> Float[Array, "2n 2n"]:
+    """∂²L/∂q̇∂q̇ at (q, ω × q) on T_{q_1}S² × … × T_{q_n}S², in the orthonormal bases of
+    `_two_body.tangent_basis`: the mass matrix in minimal coordinates, 2n × 2n."""
+    blocks = system.inertia_blocks(q, system.velocity(q, omega), args)
+    basis = tangent_basis(q)
+    matrix = jnp.einsum("iax,ijxy,jby->iajb", basis, blocks, basis)
+    return matrix.reshape(2 * q.shape[0], 2 * q.shape[0])
+
+
+def _spectrum(system: GeneralLagrangianSystem, q, omega, params: Params):
+    """(smallest eigenvalue, largest |entry|) of `tangent_inertia`; NaN if it is not finite."""
+    matrix = tangent_inertia(system, q, omega, system.prepare(q, params))
+    matrix = 0.5 * (matrix + matrix.T)
+    finite = jnp.all(jnp.isfinite(matrix))
+    smallest = jnp.linalg.eigvalsh(jnp.where(finite, matrix, 0.0))[0]
+    return jnp.where(finite, smallest, jnp.nan), jnp.max(jnp.abs(matrix))
+
+
+def tangent_inertia_is_positive_definite(system: GeneralLagrangianSystem, q, omega, params: Params) -> Bool[Array, ""]:
+    """Whether the smallest eigenvalue of `tangent_inertia` exceeds 1e-12 × its largest entry
+    (False for NaN): the rule of `check_tangent_inertia` inside a computation."""
+    smallest, scale = _spectrum(system, q, omega, params)
+    return smallest > POSITIVE_DEFINITE_TOLERANCE * scale
+
+
+_concrete_spectrum = eqx.filter_jit(_spectrum)
+
+
+def check_tangent_inertia(system: GeneralLagrangianSystem, q, omega, params: Params) -> bool:
+    """Raise `InertiaNotPositiveDefinite` (a `ValueError` naming the smallest eigenvalue) unless
+    ∂²L/∂q̇∂q̇ is positive definite on the tangent spaces at (q, ω), with concrete values.
+
+    **Returns:** whether it could tell: False where the Lagrangian itself holds traced arrays
+    (an `equinox.Module` inside a transformation), to be checked in the graph instead.
+    """
+    system = dataclasses.replace(system, force=None)  # the inertia is the Lagrangian's alone
+    with jax.ensure_compile_time_eval():  # concrete even inside a user's jit, params closed over
+        spectrum = _concrete_spectrum(system, q, omega, params)
+    if any(isinstance(x, jax.core.Tracer) for x in spectrum):
+        return False
+    smallest, scale = (float(x) for x in spectrum)
+    if not smallest > POSITIVE_DEFINITE_TOLERANCE * scale:
+        raise InertiaNotPositiveDefinite(
+            "∂²L/∂q̇∂q̇ of the Lagrangian, on the tangent spaces of (S²)ⁿ at the initial state, is not positive "
+            f"definite: its smallest eigenvalue is {smallest:.3e}, not above {POSITIVE_DEFINITE_TOLERANCE:g} × "
+            f"its largest entry {scale:.3e}. A GeneralLagrangianSystem needs a positive definite kinetic energy "
+            "(the m_ij(q) of 001 (11)); check the params: a zero or negative mass, or a zero length, gives such "
+            "an inertia."
+        )
+    return True

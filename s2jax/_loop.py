@@ -22,6 +22,9 @@ from ._integrators.base import AbstractIntegrator, IntegratorState, State
 from ._results import RESULTS
 from ._system import AbstractSystem, SystemArgs
 
+_FROZEN_STEP_FRACTION = 2.0**-10
+"""The fraction of h that a failed member of a batch steps by (and discards): see `Loop.step`."""
+
 
 class LoopState(eqx.Module):
     """What the loop carries from step to step.
@@ -54,9 +57,10 @@ class Loop(eqx.Module):
     """One simulation's loop: `num_saves` blocks of `save_every` steps of `integrator`.
 
     t_k = k h is computed from the step count, not accumulated. A step that fails freezes
-    the state and records its index; every later step is skipped the same way. Between saves
-    the steps are lazy (`AbstractIntegrator.lazy_step`: the VI leaves its solve for ω to the
-    saves) unless a feedback policy reads ω at every step.
+    the state and records its index; every later step is skipped (`step`), so the saves that
+    follow repeat the last good state bitwise, q and ω alike. Between saves the steps are lazy
+    (`AbstractIntegrator.lazy_step`: the VI leaves its solve for ω to the saves) unless a
+    feedback policy reads ω at every step.
 
     Controls are held over each step (zero-order hold): u_k is the k-th row of
     `LoopInputs.controls`, or `policy(t_k, q_k, ω_k, params)` sampled at the start of step k.
@@ -102,10 +106,18 @@ class Loop(eqx.Module):
         return self.policy is None
 
     def with_velocity(self, carry: LoopState, args: SystemArgs) -> LoopState:
-        """`carry` with the ω of its y brought up to date after lazy steps."""
+        """`carry` at a save, with the ω of its y brought up to date after lazy steps.
+
+        ω is computed only where the state moved since the last save: after a failure, once,
+        at the first save after a failure inside a block (the frozen state's ω was never
+        computed); a failure at the start of a block, or before the first step, leaves the ω
+        already saved (ω0 itself), so every later save repeats the same bits, and no ω is
+        computed from an initial state or params that were refused.
+        """
         if not self.lazy:
             return carry
-        omega = self.integrator.velocity(self.system, carry.y, args, carry.state)
+        moved = (carry.result == RESULTS.successful) | (carry.failed_step > carry.step - self.save_every)
+        omega = jnp.where(moved, self.integrator.velocity(self.system, carry.y, args, carry.state), carry.y[1])
         return dataclasses.replace(carry, y=(carry.y[0], omega))
 
     def control(self, k, y, args: SystemArgs, dt, u) -> SystemArgs:
@@ -115,14 +127,32 @@ class Loop(eqx.Module):
         return args if u is None else dataclasses.replace(args, control=u)
 
     def step(self, carry: LoopState, args: SystemArgs, dt: Float[Array, ""], u=None) -> LoopState:
-        args = self.control(carry.step, carry.y, args, dt, u)
-        y, state, result = self.advance(self.time(carry.step, dt), dt, carry.y, carry.state, args, lazy=self.lazy)
+        """Step k of the run, or nothing once it has failed.
+
+        After a failure the step is not computed (a `lax.cond`): a failed run costs a loop trip
+        per remaining step. Under `jax.vmap` the cond is a select that computes the step for
+        every member; a failed member then steps from its frozen state by h·2⁻¹⁰ (discarded),
+        not by h, so that it never repeats the failing step (a Newton iteration run to its cap
+        every step would hold up the whole batch): its steps cost no more than a good one's.
+        """
         running = carry.result == RESULTS.successful
-        accept = running & (result == RESULTS.successful)
-        y, state = jtu.tree_map(lambda new, old: jnp.where(accept, new, old), (y, state), (carry.y, carry.state))
-        failed_step = jnp.where(running & ~accept, carry.step, carry.failed_step)
-        result = RESULTS.where(running, result, carry.result)
-        return LoopState(y, state, result, failed_step, carry.step + 1)
+        h = dt * jnp.where(running, 1.0, _FROZEN_STEP_FRACTION)  # dt itself while running (× 1.0 is exact)
+
+        def take(carry):
+            step_args = self.control(carry.step, carry.y, args, dt, u)
+            y, state, result = self.advance(
+                self.time(carry.step, dt), h, carry.y, carry.state, step_args, lazy=self.lazy
+            )
+            accept = running & (result == RESULTS.successful)
+            y, state = jtu.tree_map(lambda new, old: jnp.where(accept, new, old), (y, state), (carry.y, carry.state))
+            failed_step = jnp.where(running & ~accept, carry.step, carry.failed_step)
+            result = RESULTS.where(running, result, carry.result)
+            return LoopState(y, state, result, failed_step, carry.step + 1)
+
+        def skip(carry):
+            return dataclasses.replace(carry, step=carry.step + 1)
+
+        return lax.cond(running, take, skip, carry)
 
     def controls_by_save(self, controls):
         """The controls as (num_saves, save_every, …): the rows of each block between saves."""

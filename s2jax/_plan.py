@@ -9,6 +9,7 @@ what each system kind can run.
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.tree_util as jtu
 import numpy as np
@@ -17,8 +18,8 @@ from jax import lax
 from ._adjoint import AbstractAdjoint, ReversibleAdjoint
 from ._custom_types import Array, Float, Params
 from ._force import AbstractForce, Force
-from ._form_check import check_lagrangian_form, lagrangian_form_is_valid
-from ._general_system import GeneralLagrangianSystem
+from ._form_check import InertiaNotPositiveDefinite, check_lagrangian_form, lagrangian_form_result
+from ._general_system import GeneralLagrangianSystem, check_tangent_inertia, tangent_inertia_is_positive_definite
 from ._geometry import random_state
 from ._hamiltonian import HamiltonianSystem
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
@@ -48,12 +49,17 @@ class Plan(NamedTuple):
     - `system`: the `AbstractSystem`, with its force and, for (2.2), the structure of M.
     - `integrator`: an integrator whose `system_type` admits `system` (never `AutoIntegrator`).
     - `check_form`: whether the form (2.2) is checked inside the computation, because the params
-      were traced when the plan was made (`RESULTS.not_lagrangian_form`).
+      were traced when the plan was made (`RESULTS.not_lagrangian_form`, or
+      `RESULTS.inertia_not_positive_definite` for the form (2.2) with an M that is not).
+    - `check_inertia`: whether the inertia of a `GeneralLagrangianSystem` is checked inside the
+      computation, at the initial state, because it or the params were traced
+      (`RESULTS.inertia_not_positive_definite`).
     """
 
     system: AbstractSystem
     integrator: AbstractIntegrator | AbstractAdaptiveIntegrator
     check_form: bool = False
+    check_inertia: bool = False
 
     def check_options(self, *, adjoint: AbstractAdjoint, controls, policy) -> None:
         """Raise a `ValueError` if the integrator cannot take the force, controls or adjoint."""
@@ -102,9 +108,18 @@ class Plan(NamedTuple):
         result = RESULTS.where(
             parameters_are_finite(params) | (result != RESULTS.successful), result, RESULTS.invalid_parameters
         )
+        if self.check_form or self.check_inertia:
+            # Codes have no derivative: nothing of these checks is differentiated under jax.grad.
+            q0, omega0, params = jtu.tree_map(
+                lambda x: lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, (q0, omega0, params)
+            )
         if self.check_form:
-            form = lax.stop_gradient(lagrangian_form_is_valid(self.system.lagrangian, q0, omega0, params))
-            result = RESULTS.where(form | (result != RESULTS.successful), result, RESULTS.not_lagrangian_form)
+            form = lagrangian_form_result(self.system.lagrangian, q0, omega0, params)
+            result = RESULTS.where(result == RESULTS.successful, form, result)
+        if self.check_inertia:
+            definite = tangent_inertia_is_positive_definite(self.system, q0, omega0, params)
+            definite = definite | (result != RESULTS.successful)
+            result = RESULTS.where(definite, result, RESULTS.inertia_not_positive_definite)
         structure = getattr(self.system, "inertia_structure", None)
         if structure == "chain":
             chain = lax.stop_gradient(self.system.prepare(q0, params).inertia).is_chain()
@@ -134,10 +149,14 @@ def plan(
        `GeneralLagrangianSystem`s, it runs as one.
     2. The form (2.2) of a `LagrangianSystem`, checked with concrete params (at (q0, ω0), or a
        fixed random state where the state is traced): a Lagrangian that fails it runs as a
-       `GeneralLagrangianSystem` if the integrator takes one, else is an error; one that passes
-       has the structure of its M checked if declared, else recognised (diagonal, chain, dense).
-       With traced params the form is checked in the graph and, unless declared, the chain
-       structure probed (`with_probed_structure`).
+       `GeneralLagrangianSystem` if the integrator takes one, else is an error; one of the form
+       (2.2) whose M is not positive definite is an error (`InertiaNotPositiveDefinite`, naming
+       the smallest eigenvalue); one that passes has the structure of its M checked if declared,
+       else recognised (diagonal, chain, dense). With traced params the form is checked in the
+       graph and, unless declared, the chain structure probed (`with_probed_structure`).
+       A `GeneralLagrangianSystem` has ∂²L/∂q̇∂q̇ checked positive definite on the tangent spaces
+       at (q0, ω0) (`check_tangent_inertia`), before compiling where all three are concrete, in
+       the graph otherwise.
     3. The integrator: `integrator.system_type` must admit the system (one generic check);
        None or `AutoIntegrator()` is `AutoIntegrator().select(system, structure)`.
 
@@ -161,6 +180,8 @@ def plan(
         if _is_concrete(params):
             try:
                 inertia = check_lagrangian_form(system.lagrangian, *_probe_state(q0, omega0), params)
+            except InertiaNotPositiveDefinite:
+                raise  # of the form (2.2): no integrator takes it, the general ones included
             except ValueError as error:
                 if given or not issubclass(GeneralLagrangianSystem, wanted):
                     hint = (
@@ -179,9 +200,12 @@ def plan(
         else:
             check_form = True
             system = system.with_probed_structure(q0.shape[0], params, q0.dtype)
+    check_inertia = isinstance(system, GeneralLagrangianSystem) and not (
+        _is_concrete((q0, omega0, params)) and check_tangent_inertia(system, q0, omega0, params)
+    )
     if auto:
         integrator = integrator.select(system, structure)
-    return Plan(system, integrator, check_form)
+    return Plan(system, integrator, check_form, check_inertia)
 
 
 def _system(model, force) -> tuple[AbstractSystem, bool]:

@@ -31,7 +31,8 @@ class RESULTS(eqx.Enumeration):
     invalid_controls = "a control (a row of `controls`) is not finite (NaN or inf)"
     optimisation_not_converged = (
         "the trajectory optimisation did not meet its tolerances (inner convergence and "
-        "|terminal constraint| ≤ constraint_tolerance) within its iteration caps"
+        "|terminal constraint| ≤ constraint_tolerance) within its iteration caps, or stopped "
+        "after a round that lowered neither the violation nor the cost"
     )
     not_lagrangian_form = (
         "the Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009 at the initial state "
@@ -44,6 +45,12 @@ class RESULTS(eqx.Enumeration):
         "values of the traced params; pass LagrangianSystem(lagrangian, inertia_structure=\"dense\")"
     )
     adaptive_solver_failed = "the adaptive Runge–Kutta baseline failed (too many steps or a step size underflow)"
+    inertia_not_positive_definite = (
+        "the inertia is not positive definite (found at the initial state, inside a traced computation): "
+        "M of the form (2.2) of Lee–Leok–McClamroch 2009, or ∂²L/∂q̇∂q̇ on the tangent spaces at the initial "
+        "state for a GeneralLagrangianSystem, has an eigenvalue ≤ 1e-12 × its largest entry (a zero or "
+        "negative mass, a zero length?); simulate with concrete values names the smallest eigenvalue"
+    )
 
 
 def _names(values) -> np.ndarray:

@@ -113,9 +113,10 @@ def simulate(
     traced (under `jax.jit` or `jax.vmap`) are checked inside the computation instead: a bad
     initial state gives `RESULTS.invalid_initial_state`, a non-diagonal M
     `RESULTS.inertia_not_diagonal`, a Lagrangian not of the form (2.2) on the (2.2) path
-    `RESULTS.not_lagrangian_form`. A Lagrangian that is not regular (∂²L/∂q̇∂q̇ singular on
-    the tangent spaces) makes the general integrator's Newton iteration fail at the first
-    step, reported as a failure of step 0.
+    `RESULTS.not_lagrangian_form`, an M (or ∂²L/∂q̇∂q̇ on the tangent spaces, for a general L)
+    that is not positive definite `RESULTS.inertia_not_positive_definite`; eagerly each is a
+    `ValueError` naming the smallest eigenvalue. After a failed step, the remaining steps are
+    skipped (the saved states repeat the last good one).
 
     **Returns:** a `Solution`.
     """

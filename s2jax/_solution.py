@@ -15,7 +15,8 @@ class Solution(eqx.Module):
     - `t`: the save times, shape (S,), S = num_steps // save_every + 1 (t = 0 included).
     - `q`, `omega`: the states at those times, shape (S, n, 3).
     - `result`: a `RESULTS` code; anything but `RESULTS.successful` means the simulation
-      stopped early and the saved states after `failed_step` repeat the last good one.
+      stopped early and the saved states after `failed_step` repeat the last good one, q and ω
+      bitwise (for a code found before the first step, the initial state as given).
     - `failed_step`: the index k of the first step k → k + 1 that failed, or −1.
     - `integrator`: the class name of the integrator that ran (static), e.g.
       "VariationalIntegrator" or "GeneralVariationalIntegrator".

@@ -168,6 +168,50 @@ def check_force_output(force, policy, q0, omega0, params, controls):
         ) from error
     if not hasattr(shape, "shape") or shape.shape != q0.shape:
         raise ValueError(f"the force must return shape {q0.shape}, one ℝ³ vector per body; got {shape}")
+    if not getattr(force, "depends_on_velocity", True):
+        check_force_ignores_velocity(force, policy, q0, omega0, params, controls)
+
+
+def check_force_ignores_velocity(force, policy, q0, omega0, params, controls) -> None:
+    """Raise `ValueError` if a force declared `depends_on_velocity=False` reads ω.
+
+    The force is evaluated, eagerly, at the first step's (t, q, u) and two angular velocities,
+    ω0 and ω0 plus a fixed tangent vector (at a fixed random state of the same shape where the
+    state is traced): a force that ignores ω returns the same bits. Nothing is checked where the
+    params, the controls or the force's own arrays are traced (no value to evaluate before
+    compiling); such a force is taken at its word.
+    """
+    if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves((force, policy, params, controls))):
+        return
+    q = np.asarray(q0) if not isinstance(q0, jax.core.Tracer) else None
+    omega = np.asarray(omega0) if not isinstance(omega0, jax.core.Tracer) else None
+    rng = np.random.default_rng(0)
+    if q is None or omega is None:
+        q = rng.standard_normal(q0.shape)
+        q /= np.linalg.norm(q, axis=-1, keepdims=True)
+        omega = np.cross(q, rng.standard_normal(q0.shape))
+    change = np.cross(q, rng.standard_normal(q.shape))  # tangent, O(1): ω_i → ω_i + change_i
+    with jax.ensure_compile_time_eval():
+        q, omega, other = (jnp.asarray(x, dtype=q0.dtype) for x in (q, omega, omega + change))
+        t0 = jnp.zeros((), q0.dtype)
+        if policy is not None:
+            u = policy(t0, q, omega, params)
+        else:
+            u = None if controls is None else jnp.asarray(controls)[0]
+        values = [force(t0, q, w, u, params) for w in (omega, other)]
+    if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(values)):
+        return  # the force closes over traced arrays
+    first, second = (np.asarray(v) for v in values)
+    if not np.array_equal(first, second, equal_nan=True):
+        difference = np.nanmax(np.abs(second - first)) if np.any(np.isfinite(second - first)) else np.nan
+        raise ValueError(
+            f"the force is declared depends_on_velocity=False, but it reads ω: at the same (t, q, u) and "
+            f"another ω it returns a different value (by up to {difference:.3e}). Declare it as it is: "
+            "s2jax.Force(fn) (depends_on_velocity=True, the default) for a function, or "
+            "depends_on_velocity = True in your AbstractForce. Declared False, it would be evaluated with a "
+            "stale ω (the variational integrators' lazy steps, whose update of ω is then explicit), and the run "
+            "would lose an order of accuracy without a word."
+        )
 
 
 def names_missing_params_keys(make_plan: Callable) -> Callable:
