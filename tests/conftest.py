@@ -10,6 +10,17 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+# The suite checks results, not speed (that is benchmarks/): XLA's CPU backend compiles without
+# LLVM's optimisation passes, which halves compile time, most of the suite's time (measured:
+# test_hessian_through_the_reversible_adjoint 40.4 -> 21.4 s, 2-core AMD EPYC). Both sides of every
+# comparison in a test are compiled alike. S2JAX_TEST_OPTIMISED=1 runs the suite with XLA's
+# default optimisation level instead. Set here, before any JAX backend starts (it reads XLA_FLAGS
+# once), so the notebooks' kernels and the `python -m s2jax` subprocesses inherit it.
+if not os.environ.get("S2JAX_TEST_OPTIMISED") and "xla_backend_optimization_level" not in os.environ.get(
+    "XLA_FLAGS", ""
+):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
 # JAX's persistent compilation cache: a program compiled by one test worker is read back by the
 # other, by a later module after `_release_compiled_code`, by the notebooks' kernels (through the
 # environment) and by the next run. `.ci/run` starts from a clean clone, so there it only shares
