@@ -73,7 +73,7 @@ from ._system import (
     LagrangianSystem as LagrangianSystem,
     SystemArgs as SystemArgs,
 )
-from ._validation import check_initial_state as check_initial_state
+from ._validation import check_initial_state as check_initial_state, positive_parameters as positive_parameters
 
 # No module above starts a JAX backend on import, so this runs before any can: XLA reads its
 # flags once, when the first backend starts (see `_jit`).

@@ -26,7 +26,14 @@ from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._integrators.auto import AutoIntegrator
 from ._results import RESULTS
 from ._system import AbstractSystem, LagrangianSystem
-from ._validation import initial_state_is_valid, names_missing_params_keys, parameters_are_finite
+from ._validation import (
+    check_positive_parameters,
+    declared_positive,
+    initial_state_is_valid,
+    names_missing_params_keys,
+    parameters_are_finite,
+    positive_parameters_hold,
+)
 
 _AUTO = AutoIntegrator()  # `integrator=None` (one instance: a Module costs ~10 µs to build)
 
@@ -120,6 +127,8 @@ class Plan(NamedTuple):
             definite = tangent_inertia_is_positive_definite(self.system, q0, omega0, params)
             definite = definite | (result != RESULTS.successful)
             result = RESULTS.where(definite, result, RESULTS.inertia_not_positive_definite)
+        positive = positive_parameters_hold(declared_positive(self.system), params) | (result != RESULTS.successful)
+        result = RESULTS.where(positive, result, RESULTS.invalid_parameters)
         structure = getattr(self.system, "inertia_structure", None)
         if structure == "chain":
             chain = lax.stop_gradient(self.system.prepare(q0, params).inertia).is_chain()
@@ -157,7 +166,11 @@ def plan(
        A `GeneralLagrangianSystem` has ∂²L/∂q̇∂q̇ checked positive definite on the tangent spaces
        at (q0, ω0) (`check_tangent_inertia`), before compiling where all three are concrete, in
        the graph otherwise.
-    3. The integrator: `integrator.system_type` must admit the system (one generic check);
+    3. The params: the keys the model declares positive (`s2jax.positive_parameters`) are
+       checked after the inertia, before compiling where everything above was, in the graph
+       otherwise (`RESULTS.invalid_parameters`). Traced params are passed through the model
+       abstractly (nothing computed), so a key that `params` lacks is named before compiling.
+    4. The integrator: `integrator.system_type` must admit the system (one generic check);
        None or `AutoIntegrator()` is `AutoIntegrator().select(system, structure)`.
 
     **Raises:** `TypeError` for a model or integrator that is not one; `ValueError`, before
@@ -203,6 +216,10 @@ def plan(
     check_inertia = isinstance(system, GeneralLagrangianSystem) and not (
         _is_concrete((q0, omega0, params)) and check_tangent_inertia(system, q0, omega0, params)
     )
+    if not _is_concrete(params):
+        _evaluate_abstractly(system, q0, omega0, params)
+    elif not (check_form or check_inertia):  # else in the graph, after the inertia, as here
+        check_positive_parameters(declared_positive(system), params)
     if auto:
         integrator = integrator.select(system, structure)
     return Plan(system, integrator, check_form, check_inertia)
@@ -254,6 +271,13 @@ def _check_diagonal(integrator, inertia) -> None:
 
 def _is_concrete(tree) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(tree))
+
+
+def _evaluate_abstractly(system: AbstractSystem, q0, omega0, params) -> None:
+    """Trace the system's energy at (q0, ω0) with `params`, computing nothing: where the params are
+    traced the model is otherwise first called inside the computation, and an error of the user's
+    (a key that `params` lacks) would surface there, far from its cause."""
+    jax.eval_shape(lambda q, w, p: system.energy(q, w, system.prepare(q, p)), q0, omega0, params)
 
 
 def _probe_state(q0, omega0):

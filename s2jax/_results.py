@@ -27,7 +27,10 @@ class RESULTS(eqx.Enumeration):
         "the initial state is not a finite point of T(S²)ⁿ (|q_i| ≠ 1 or q_i·ω_i ≠ 0 beyond "
         "1e-12) or dt ≤ 0"
     )
-    invalid_parameters = "a parameter (a float leaf of params) is not finite (NaN or inf)"
+    invalid_parameters = (
+        "a parameter (a float leaf of params) is not finite (NaN or inf), or one that the model declares "
+        "positive (s2jax.positive_parameters) is ≤ 0"
+    )
     invalid_controls = "a control (a row of `controls`) is not finite (NaN or inf)"
     optimisation_not_converged = (
         "the trajectory optimisation did not meet its tolerances (inner convergence and "

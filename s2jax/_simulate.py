@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax import lax
 
 from ._adjoint import NO_FAILURE, AbstractAdjoint, default_adjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params
@@ -168,9 +169,16 @@ def _integrate(
         result0 = RESULTS.where(finite | (result0 != RESULTS.successful), result0, RESULTS.invalid_controls)
 
     if isinstance(integrator, AbstractAdaptiveIntegrator):
-        (q, omega), result, failed_save, _ = integrator.solve(system, t, (q0, omega0), system.prepare(q0, params))
-        result = RESULTS.where(result0 == RESULTS.successful, result, result0)
-        failed = jnp.where(result0 == RESULTS.successful, jnp.maximum(failed_save - 1, NO_FAILURE), 0)
+
+        def solve():
+            (q, omega), result, failed_save, _ = integrator.solve(system, t, (q0, omega0), system.prepare(q0, params))
+            return q, omega, result, jnp.maximum(failed_save - 1, NO_FAILURE).astype(int)
+
+        def refuse():  # a code before the first step: the initial state repeated (docs/errors.md)
+            repeat = [jnp.broadcast_to(x, (num_saves + 1, *x.shape)) for x in (q0, omega0)]
+            return *repeat, result0, jnp.asarray(0, dtype=int)
+
+        q, omega, result, failed = lax.cond(result0 == RESULTS.successful, solve, refuse)
         return Solution(t, q, omega, result, failed, type(integrator).__name__)
 
     if progress:

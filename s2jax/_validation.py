@@ -96,6 +96,65 @@ def parameters_are_finite(params) -> Bool[Array, ""]:
     return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
 
 
+def positive_parameters(*names: str) -> Callable[[Callable], Callable]:
+    """Declare that a model reads `params[name]` as a positive quantity (a mass, a length).
+
+    A decorator for a Lagrangian L(q, q̇, params) or Hamiltonian H(q, p, params):
+
+        @s2.positive_parameters("m1", "m2", "l1", "l2")
+        def lagrangian(q, qdot, params): ...
+
+    Every entry point then refuses params where one of these keys is ≤ 0 (each element of an
+    array value): eagerly a `ValueError` naming the key and the element, in the graph
+    `RESULTS.invalid_parameters`. A negative length gives an M that is still positive definite
+    and a run that looks healthy (the double pendulum with l₁ < 0 is the pendulum with q₁ → −q₁),
+    so without the declaration nothing can tell it from a model meant that way. It is checked
+    after the inertia: a zero or negative mass that makes M singular is named by M's smallest
+    eigenvalue. The declaration is an attribute of the function: a function that calls the
+    decorated one (a lambda around it) must declare it again. The ready models declare theirs.
+    """
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(f"positive_parameters takes the keys of params as str; got {names!r}")
+
+    def declare(model: Callable) -> Callable:
+        model.positive_parameters = names
+        return model
+
+    return declare
+
+
+def declared_positive(system) -> tuple[str, ...]:
+    """The keys that the function of `system` (its Lagrangian or Hamiltonian) declares positive."""
+    model = getattr(system, "lagrangian", None) or getattr(system, "hamiltonian", None)
+    return tuple(getattr(model, "positive_parameters", ()))
+
+
+def _nonpositive(names, params, xp) -> list[tuple[str, Bool[Array, "..."]]]:
+    """`(name, bad)` for each declared key that `params` has, `bad` flagging elements ≤ 0 (NaN is
+    the finiteness rule's)."""
+    if not isinstance(params, Mapping):
+        return []
+    return [(name, xp.asarray(params[name]) <= 0) for name in names if name in params]
+
+
+def check_positive_parameters(names, params) -> None:
+    """Raise `ValueError` naming the first element of a declared positive key that is ≤ 0."""
+    for name, bad in _nonpositive(names, params, np):
+        if np.any(bad):
+            value = np.asarray(params[name])
+            where = "" if value.ndim == 0 else str([int(i) for i in np.argwhere(bad)[0]])
+            raise ValueError(
+                f"params[{name!r}]{where} = {value[np.nonzero(bad)][0] if value.ndim else value} must be > 0: "
+                f"the model declares {name!r} positive (s2jax.positive_parameters: a mass or a length)"
+            )
+
+
+def positive_parameters_hold(names, params) -> Bool[Array, ""]:
+    """The rule of `check_positive_parameters` inside a computation."""
+    checks = [~jnp.any(bad) for _, bad in _nonpositive(names, params, jnp)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
+
+
 def check_state_arguments(q0, omega0, dt) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"], Float[Array, ""]]:
     """(q0, ω0, dt) as float64 arrays of shapes (n, 3), (n, 3), (), n ≥ 1, or a `ValueError` naming
     what is wrong (a bool or a string is not taken for a number)."""

@@ -50,6 +50,25 @@ def test_an_inertia_that_is_not_positive_definite_is_a_result_code_in_the_graph(
     np.testing.assert_array_equal(sol.omega, jnp.broadcast_to(OMEGA0, sol.omega.shape))
 
 
+def test_the_adaptive_integrator_repeats_the_initial_state_after_a_code_before_the_first_step():
+    """The same for AdaptiveRungeKutta45, which returned inf at every save (diffrax's fill) and ran
+    its whole solve on the bad inertia."""
+    params = {k: jnp.asarray(v) for k, v in dict(PARAMS, m2=-1.0).items()}
+    run = jax.jit(
+        lambda p: s2.simulate(
+            dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=4, integrator=s2.AdaptiveRungeKutta45(), throw=False
+        )
+    )
+    sol = run(params)
+    assert sol.result == NOT_DEFINITE
+    assert int(sol.failed_step) == 0
+    np.testing.assert_array_equal(sol.q, jnp.broadcast_to(Q0, sol.q.shape))
+    np.testing.assert_array_equal(sol.omega, jnp.broadcast_to(OMEGA0, sol.omega.shape))
+    good = run({k: jnp.asarray(v) for k, v in PARAMS.items()})  # the solve still runs when it may
+    assert good.result == s2.RESULTS.successful and int(good.failed_step) == -1
+    assert not np.array_equal(good.q[-1], good.q[0])
+
+
 def test_eager_and_traced_diagnoses_of_a_tiny_length_agree():
     """l₁ = 1e-6: M has eigenvalue 1e-12 against entries ~96, singular in float64. Eagerly a
     ValueError naming it; a batch member with it, `inertia_not_positive_definite` (it was

@@ -121,11 +121,55 @@ def test_arguments_of_the_wrong_kind_are_named(change, match):
         s2.simulate(dsp.lagrangian, inputs["q0"], inputs["omega0"], dsp.paper_params(), dt=inputs["dt"], num_steps=2)
 
 
-def test_a_missing_params_key_is_named():
-    """The model's own KeyError ('g') becomes a ValueError naming the key and the keys given."""
-    params = {k: v for k, v in dsp.paper_params().items() if k != "g"}
+_MISSING_G = {k: v for k, v in dsp.paper_params().items() if k != "g"}
+_RUNS_WITHOUT_G = {
+    "eager": lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2),
+    # Traced params: the model is first called inside the computation (it raised KeyError: 'g').
+    "jit": lambda p: jax.jit(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2).q)(p),
+    "grad": lambda p: jax.grad(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2).q[-1, 0, 0])(p),
+    "general system": lambda p: s2.simulate(s2.GeneralLagrangianSystem(dsp.lagrangian), Q0, OMEGA0, p, dt=0.01, num_steps=2),
+    "batch": lambda p: s2.simulate_batch(dsp.lagrangian, Q0[None], OMEGA0[None], p, dt=0.01, num_steps=2),
+}
+
+
+@pytest.mark.parametrize("run", list(_RUNS_WITHOUT_G))
+def test_a_missing_params_key_is_named(run):
+    """The model's own KeyError ('g') becomes a ValueError naming the key and the keys given, before
+    compiling, whether the params are concrete or traced."""
     with pytest.raises(ValueError, match=r"params has no key 'g'.*keys given: \['l1', 'l2', 'm1', 'm2'\]"):
+        _RUNS_WITHOUT_G[run]({k: jnp.asarray(v) for k, v in _MISSING_G.items()})
+
+
+def test_a_length_the_model_declares_positive_is_checked():
+    """l₁ < 0 gives a positive definite M and a run that looks healthy (the pendulum with q₁ → −q₁):
+    only the model's declaration (`s2.positive_parameters`) can refuse it. Eagerly a ValueError
+    naming the key (and the element of an array), traced `invalid_parameters` with the initial
+    state repeated bitwise; the same Lagrangian undeclared runs."""
+    params = dict(dsp.paper_params(), l1=-1.0)
+    with pytest.raises(ValueError, match=r"params\['l1'\] = -1.0 must be > 0: the model declares 'l1' positive"):
         s2.simulate(dsp.lagrangian, Q0, OMEGA0, params, dt=0.01, num_steps=2)
+    traced = {k: jnp.asarray(v) for k, v in params.items()}
+    sol = jax.jit(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=3, throw=False))(traced)
+    assert sol.result == s2.RESULTS.invalid_parameters
+    assert int(sol.failed_step) == 0
+    np.testing.assert_array_equal(sol.q, jnp.broadcast_to(Q0, sol.q.shape))
+    np.testing.assert_array_equal(sol.omega, jnp.broadcast_to(OMEGA0, sol.omega.shape))
+
+    chain = s2.models.chain_pendulum
+    chain_params = chain.paper_params(3)
+    chain_params["lengths"][1] = -2.0
+    with pytest.raises(ValueError, match=r"params\['lengths'\]\[1\] = -2.0 must be > 0"):
+        s2.simulate(chain.system(), *chain.paper_state(3), chain_params, dt=0.01, num_steps=2)
+
+    def undeclared(q, qdot, p):
+        return dsp.lagrangian(q, qdot, p)
+
+    assert s2.simulate(undeclared, Q0, OMEGA0, params, dt=0.01, num_steps=2).result == s2.RESULTS.successful
+    declared = s2.positive_parameters("l1")(undeclared)
+    with pytest.raises(ValueError, match=r"params\['l1'\] = -1.0 must be > 0"):
+        s2.simulate(declared, Q0, OMEGA0, params, dt=0.01, num_steps=2)
+    with pytest.raises(TypeError, match="keys of params as str"):
+        s2.positive_parameters(1)
 
 
 @pytest.mark.parametrize("block_size", [0, -2, 2.5, True])

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._system import LagrangianSystem
+from .._validation import positive_parameters
 from ..forces import PivotTorque, PointForce
 
 
@@ -38,6 +39,7 @@ def potential(q, params):
     return -params["g"] * jnp.sum(carried * params["lengths"] * q[:, 2])
 
 
+@positive_parameters("masses", "lengths")
 def lagrangian(q, qdot, params):
     """L = ½ Σ_ij M_ij q̇_i·q̇_j − V(q)."""
     n = params["masses"].shape[0]

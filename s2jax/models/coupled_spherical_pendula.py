@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._system import LagrangianSystem
+from .._validation import positive_parameters
 
 
 def inertia_matrix(params):
@@ -38,6 +39,7 @@ def potential(q, params):
     return gravity + 0.5 * jnp.sum(params["spring_constants"] * extension**2)
 
 
+@positive_parameters("masses", "lengths")
 def lagrangian(q, qdot, params):
     """L = ½ Σ_i m_i l_i² |q̇_i|² − V(q)."""
     n = params["masses"].shape[0]

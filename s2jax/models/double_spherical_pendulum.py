@@ -12,6 +12,8 @@ giving the equations of motion (3.19)–(3.20). See docs/api/models.md.
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import positive_parameters
+
 
 def inertia_matrix(params):
     """M of Example 1."""
@@ -19,6 +21,7 @@ def inertia_matrix(params):
     return jnp.array([[(m1 + m2) * l1**2, m2 * l1 * l2], [m2 * l1 * l2, m2 * l2**2]])
 
 
+@positive_parameters("m1", "m2", "l1", "l2")
 def lagrangian(q, qdot, params):
     """L = ½ Σ M_ij q̇_i·q̇_j + (m₁ + m₂) g l₁ q₁₃ + m₂ g l₂ q₂₃."""
     if q.shape != (2, 3):

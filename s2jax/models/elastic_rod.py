@@ -12,6 +12,8 @@ docs/api/models.md (and the doubts in docs/papers.md).
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import positive_parameters
+
 _INERTIA_MODELS = ("printed", "rigid_rods")
 
 
@@ -49,6 +51,7 @@ def potential(q, params):
     return gravity + bending
 
 
+@positive_parameters("masses", "lengths")
 def lagrangian(q, qdot, params):
     """L = ½ Σ_ij M_ij q̇_i·q̇_j − V(q)."""
     n = params["masses"].shape[0]

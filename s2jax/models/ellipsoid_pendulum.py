@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import positive_parameters
+
 
 def bead_position(q1, params):
     """x₁ = q₁ (Σ_a q_a²/s_a²)^{−1/2}: the point of the ellipsoid in the direction of q₁."""
@@ -26,6 +28,7 @@ def positions(q, params):
     return jnp.stack([x1, x1 + params["l"] * q[1]])
 
 
+@positive_parameters("m1", "m2", "l", "axes")
 def lagrangian(q, qdot, params):
     """L = ½ m₁ |ẋ₁|² + ½ m₂ |ẋ₂|² + g e₃·(m₁ x₁ + m₂ x₂), ẋ = ∂x/∂q q̇ by a Jacobian–vector product."""
     if q.shape != (2, 3):

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._system import LagrangianSystem
+from .._validation import positive_parameters
 
 _GOLDEN = (1.0 + np.sqrt(5.0)) / 2.0
 _ICOSAHEDRON_VERTICES = np.array(
@@ -157,6 +158,7 @@ def _potential_jvp(primals, tangents):
     return value, tangent
 
 
+@positive_parameters("masses", "epsilon", "sigma")
 def lagrangian(q, qdot, params):
     """L = ½ Σ_i m_i |q̇_i|² − V(q)."""
     n = params["masses"].shape[0]

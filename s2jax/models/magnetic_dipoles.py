@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._system import LagrangianSystem
+from .._validation import positive_parameters
 
 
 def inertia_matrix(params):
@@ -42,6 +43,7 @@ def potential(q, params):
     return 0.5 * jnp.sum(jnp.where(off_diagonal, pair, 0.0))
 
 
+@positive_parameters("masses", "lengths", "permeability")
 def lagrangian(q, qdot, params):
     """L = ½ Σ_i (m_i l_i²/12) |q̇_i|² − V(q)."""
     n = params["masses"].shape[0]

@@ -11,6 +11,8 @@ O(h²) (why: docs/api/models.md).
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import positive_parameters
+
 
 def vector_potential(q, params):
     """A(q) = g (−q₂, q₁, 0) / (|q| (|q| + q₃)), per body, the monopole's potential with its string along −e₃."""
@@ -19,6 +21,7 @@ def vector_potential(q, params):
     return params["g"] * swirl / (radius * (radius + q[..., 2:]))
 
 
+@positive_parameters("m")
 def lagrangian(q, qdot, params):
     """L = ½ m |q̇|² + e A(q)·q̇."""
     if q.shape != (1, 3):

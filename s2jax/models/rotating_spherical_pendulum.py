@@ -13,9 +13,12 @@ by the variational integrators. L expanded: docs/api/models.md.
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import positive_parameters
+
 E3 = (0.0, 0.0, 1.0)
 
 
+@positive_parameters("m", "r")
 def lagrangian(q, qdot, params):
     """L = ½ m r² |q̇ + Ω e₃ × q|² + m g r e₃·q."""
     if q.shape != (1, 3):

@@ -11,6 +11,8 @@ R Γ = −e₃. The conventions of 004 and why the two agree: docs/api/models.md
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import positive_parameters
+
 
 def inertia_matrix(params):
     """M = [m r²]."""
@@ -22,6 +24,7 @@ def potential(q, params):
     return -params["m"] * params["g"] * params["r"] * q[0, 2]
 
 
+@positive_parameters("m", "r")
 def lagrangian(q, qdot, params):
     """L = ½ m r² |q̇|² + m g r e₃·q."""
     if q.shape != (1, 3):
