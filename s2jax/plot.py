@@ -10,6 +10,8 @@ functions then raise an ImportError that names the extra. More: docs/api/plot.md
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -305,7 +307,10 @@ def _positions(q, lengths, pivots):
     return [[np.stack([np.zeros(3), d]) for d in frame] for frame in q], np.zeros(3), 1.0
 
 
-def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, t=None, title=None):
+def animate(
+    q, path, *, fps=30, links=True, every=None, max_frames=200, lengths=None, pivots=None, t=None, title=None,
+    progress=True,
+):
     """Write a GIF of the bodies moving: a chain, a dipole array, or unit vectors on the sphere.
 
     - With `lengths` (l_i): a chain hanging from the origin, joint i at x_i = Σ_{j≤i} l_j q_j
@@ -314,8 +319,16 @@ def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, 
       p_i along q_i, its north end q_i-wards marked.
     - Otherwise each q_i on a translucent unit sphere, linked to the origin.
 
-    The frames are drawn with matplotlib and written by Pillow (no external program), atomically
-    (`s2jax.io.atomic_write`). z is drawn downwards: gravity is +e₃.
+    The frames are the saved states 0, `every`, 2·`every`, …, drawn with matplotlib and written
+    by Pillow (no external program), atomically (`s2jax.io.atomic_write`). z is drawn
+    downwards: gravity is +e₃.
+
+    By default (`every=None`) the stride is the smallest that keeps the GIF within `max_frames`
+    frames, every = ⌈S / max_frames⌉. A frame costs matplotlib about 30 ms to draw on a quiet
+    machine (several times that on a loaded one) and 2–3 kB of GIF: drawn whole, the 1001 saved
+    states of docs/getting_started.md's run took 30 s to minutes and made 2 MB, 33 s at 30 fps.
+    Within 200 frames it takes seconds, and the GIF plays for at most 200 / `fps` s (6.7 s at
+    30 fps), so a long run plays faster than a short one. Pass `every` to choose the stride.
 
     **Arguments:**
 
@@ -323,10 +336,15 @@ def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, 
     - `path`: the GIF file to write.
     - `fps`: frames per second of the GIF (GIF stores delays in 10 ms units).
     - `links`: draw the links (the rods), not only the bodies.
-    - `every`: draw every `every`-th saved state; the GIF has ⌈S / every⌉ frames.
+    - `every`: draw every `every`-th saved state, exactly; the GIF has ⌈S / every⌉ frames. None:
+      the smallest stride that gives at most `max_frames` frames.
+    - `max_frames`: the most frames the GIF may have when `every` is None; ignored otherwise.
     - `lengths`, `pivots`: see above (at most one of them).
-    - `t`: the save times, shape (S,) (e.g. `sol.t`), shown on each frame; or None.
+    - `t`: the save times, shape (S,) (e.g. `sol.t`), shown on each frame (the times of the
+      states drawn); or None.
     - `title`: a title over every frame, or None.
+    - `progress`: write the frame being drawn to stderr, updated in place (at most about 50
+      times), then the stride, the time taken and the file's size.
 
     **Returns:** `path`.
     """
@@ -339,12 +357,22 @@ def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, 
         raise ModuleNotFoundError("s2jax.plot.animate needs Pillow: pip install 's2jax[plot]'", name="PIL") from error
 
     q = _check_paths(q)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"`every` must be a positive int; got {every!r}")
+    if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
+        raise ValueError(f"`max_frames` must be a positive int; got {max_frames!r}")
+    if every is None:
+        every = -(-q.shape[0] // max_frames)
+    elif isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"`every` must be a positive int or None; got {every!r}")
     if not fps > 0:
         raise ValueError(f"`fps` must be positive; got {fps!r}")
     if t is not None and np.shape(t) != q.shape[:1]:
         raise ValueError(f"`t` must have shape (S,) = {q.shape[:1]}; got {np.shape(t)}")
+    start = time.perf_counter()
+    num_states, q = q.shape[0], q[::every]
+    times = None if t is None else np.asarray(t)[::every]
+    num_frames = q.shape[0]
+    stride = f"every={every} of {num_states} saved states"
+    report_every = -(-num_frames // 50)  # at most about 50 updates of the progress line
     polylines, centre, radius = _positions(q, lengths, pivots)
     fig = matplotlib.figure.Figure(figsize=(4.5, 4.5), dpi=80)
     canvas = FigureCanvasAgg(fig)
@@ -359,16 +387,27 @@ def animate(q, path, *, fps=30, links=True, every=1, lengths=None, pivots=None, 
     if title is not None:
         ax.set_title(title)
     images = []
-    for k in range(0, q.shape[0], every):
-        for line, points in zip(lines, polylines[k]):
+    for k, frame in enumerate(polylines):
+        for line, points in zip(lines, frame):
             line.set_data_3d(*points.T)
         # The bobs: the chain's joints, the north ends of the magnets, the points on the sphere.
-        tips = polylines[k][0][1:] if lengths is not None else np.stack([p[-1] for p in polylines[k]])
+        tips = frame[0][1:] if lengths is not None else np.stack([p[-1] for p in frame])
         ends.set_data_3d(*tips.T)
-        label.set_text("" if t is None else f"t = {float(t[k]):.3f} s")
+        label.set_text("" if times is None else f"t = {float(times[k]):.3f} s")
         canvas.draw()
-        images.append(Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB"))
+        # Quantised here, as Pillow's GIF writer would, so that the progress line covers the cost.
+        rgb = Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
+        images.append(rgb.convert("P", palette=Image.Palette.ADAPTIVE))
+        if progress and ((k + 1) % report_every == 0 or k + 1 == num_frames):
+            sys.stderr.write(f"\ranimate: frame {k + 1}/{num_frames} ({stride})")
+            sys.stderr.flush()
     with atomic_write(path) as file:
         images[0].save(file, format="GIF", save_all=True, append_images=images[1:],
                        duration=round(1000 / fps), loop=0)
+        size = file.tell()
+    if progress:
+        seconds = time.perf_counter() - start
+        megabytes = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+        sys.stderr.write(f"\ranimate: {num_frames} frames ({stride}) in {seconds:.1f} s, {megabytes}: {path}\n")
+        sys.stderr.flush()
     return path

@@ -1,5 +1,7 @@
 """s2jax.plot: paths on the sphere in 3-D and GIF animations (read back with Pillow)."""
 
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -52,6 +54,8 @@ def test_bad_options_are_rejected(tmp_path):
         plot.animate(q, tmp_path / "x.gif", lengths=[1.0, 1.0], pivots=np.zeros((2, 3)))
     with pytest.raises(ValueError, match="every"):
         plot.animate(q, tmp_path / "x.gif", every=0)
+    with pytest.raises(ValueError, match="max_frames"):
+        plot.animate(q, tmp_path / "x.gif", max_frames=0)
     with pytest.raises(ValueError, match="finite"):
         plot.sphere_paths(np.full((3, 1, 3), np.nan))
 
@@ -73,6 +77,60 @@ def test_animate_writes_a_gif_with_one_frame_per_drawn_state(options, tmp_path):
         assert gif.n_frames == 3  # states 0, 5, 10
         assert gif.info["duration"] == 50  # ms per frame at 20 fps
     assert [p.name for p in tmp_path.iterdir()] == ["run.gif"]  # no temporary file left
+
+
+def _frames(path):
+    with Image.open(path) as gif:
+        return gif.n_frames
+
+
+@pytest.mark.parametrize(("num_states", "max_frames", "frames"), [(23, 5, 5), (20, 5, 5), (11, 5, 4), (4, 5, 4)])
+def test_animate_caps_the_frames_by_default_with_the_smallest_stride(num_states, max_frames, frames, tmp_path):
+    """every = ⌈S / max_frames⌉: 23 states → every 5th (5 frames; every 4th would make 6),
+    20 → every 4th, 11 → every 3rd (4 frames), 4 → all of them."""
+    q = _paths(num_states=num_states, n=1)
+    path = plot.animate(q, tmp_path / "run.gif", max_frames=max_frames, progress=False)
+    assert _frames(path) == frames
+
+
+def test_animate_default_draws_the_strided_states_at_their_times(tmp_path):
+    """The capped GIF is, byte for byte, the GIF of the states 0, 5, 10, … with their own save
+    times: the right states, and the times shown are theirs."""
+    q, t = _paths(num_states=23, n=2), np.linspace(0.0, 2.2, 23)
+    capped = plot.animate(q, tmp_path / "capped.gif", t=t, max_frames=5, lengths=[1.0, 0.5], progress=False)
+    strided = plot.animate(q[::5], tmp_path / "strided.gif", t=t[::5], every=1, lengths=[1.0, 0.5], progress=False)
+    assert capped.read_bytes() == strided.read_bytes()
+    shifted = plot.animate(q[::5], tmp_path / "shifted.gif", t=t[1::5], every=1, lengths=[1.0, 0.5], progress=False)
+    assert shifted.read_bytes() != capped.read_bytes()  # the times shown are part of the frames
+
+
+def test_animate_honours_an_explicit_every_beyond_max_frames(tmp_path):
+    path = plot.animate(_paths(num_states=13, n=1), tmp_path / "run.gif", every=2, max_frames=3, progress=False)
+    assert _frames(path) == 7  # ⌈13 / 2⌉, more than max_frames
+
+
+def test_animate_reports_progress_on_stderr_only_when_asked(tmp_path, capfd):
+    q = _paths(num_states=9, n=1)
+    plot.animate(q, tmp_path / "quiet.gif", every=4, progress=False)
+    assert capfd.readouterr() == ("", "")
+    plot.animate(q, tmp_path / "run.gif", max_frames=4)
+    out, err = capfd.readouterr()
+    assert out == ""
+    updates = err.split("\r")[1:]
+    assert updates[:-1] == [f"animate: frame {k}/3 (every=3 of 9 saved states)" for k in (1, 2, 3)]
+    assert re.fullmatch(r"animate: 3 frames \(every=3 of 9 saved states\) in [\d.]+ s, \d+ kB: .*run\.gif\n",
+                        updates[-1])
+
+
+def test_animate_updates_its_progress_line_at_most_about_50_times(tmp_path, capfd, monkeypatch):
+    """Drawing is what costs; a blank canvas makes 120 frames quick, and the line is updated
+    every 3rd frame (⌈120 / 50⌉) and at the last."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    monkeypatch.setattr(FigureCanvasAgg, "draw", lambda canvas: canvas.get_renderer())
+    plot.animate(_paths(num_states=120, n=1), tmp_path / "run.gif")
+    updates = capfd.readouterr().err.split("\r")[1:-1]
+    assert [int(u.split()[2].split("/")[0]) for u in updates] == list(range(3, 121, 3))
 
 
 @pytest.fixture
