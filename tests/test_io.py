@@ -1,7 +1,11 @@
-"""Atomic writes: an interrupted write never leaves a broken file or destroys the previous one."""
+"""Atomic writes: an interrupted write never leaves a broken file or destroys the previous one,
+and gets the permissions of `open`; solutions and their params saved and loaded exactly."""
 
+import collections
+import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 
@@ -65,15 +69,138 @@ def test_solution_round_trip_is_bitwise(tmp_path):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
     assert "result=RESULTS.successful," in repr(loaded)
     assert bool(loaded.result == s2.RESULTS.successful)
-    assert loaded_params["params.m"] == 1.3 and loaded_params["params.links.1.label"] == "bob"
-    np.testing.assert_array_equal(loaded_params["params.links.0.length"], [1.0, 2.0])
+    _assert_identical(loaded_params, params)
     assert metadata == {
         "seed": 3, "note": "e₃ down", "s2jax_version": s2.__version__, "integrator": loaded.integrator
     }
     assert loaded.integrator == sol.integrator
-    # Back into the structure of the params.
+    # Into the structure of params_like, as numpy arrays.
     _, structured, _ = s2.io.load_solution(path, params_like=params)
     assert structured["m"] == 1.3 and str(structured["links"][1]["label"]) == "bob"
+    assert type(structured["m"]) is np.ndarray and structured["m"].shape == ()
+
+
+def _assert_identical(loaded, saved, where="params"):
+    """`loaded` is `saved` again: the same containers (dict keys in their order), leaf types, and
+    for arrays and numbers the same dtype, shape and bits."""
+    assert type(loaded) is type(saved), f"{where}: {type(loaded).__name__}, saved {type(saved).__name__}"
+    if isinstance(saved, dict):
+        assert list(loaded) == list(saved), where
+        for key in saved:
+            _assert_identical(loaded[key], saved[key], f"{where}.{key}")
+    elif isinstance(saved, list | tuple):
+        assert len(loaded) == len(saved), where
+        for i, (x, y) in enumerate(zip(loaded, saved, strict=True)):
+            _assert_identical(x, y, f"{where}.{i}")
+    elif saved is not None:
+        x, y = np.asarray(loaded), np.asarray(saved)
+        assert (x.dtype, x.shape, x.tobytes()) == (y.dtype, y.shape, y.tobytes()), where
+
+
+def test_load_solution_names_its_fields(tmp_path):
+    sol, params = _solution()
+    path = tmp_path / "run.npz"
+    s2.io.save_solution(path, sol, params=params, metadata={"seed": 3})
+    loaded = s2.io.load_solution(path)
+    assert type(loaded) is s2.io.LoadedSolution and loaded._fields == ("solution", "params", "metadata")
+    solution, loaded_params, metadata = loaded  # still a tuple
+    assert solution is loaded.solution and loaded_params is loaded.params and metadata is loaded.metadata
+    np.testing.assert_array_equal(loaded.solution.q, sol.q)
+    assert loaded.params["g"] == 9.81 and loaded.metadata["seed"] == 3
+
+
+_MODELS = sorted(name for name, module in vars(s2.models).items() if hasattr(module, "paper_params"))
+
+
+def test_every_ready_model_is_round_tripped():
+    assert len(_MODELS) == 11 and {"coupled_spherical_pendula", "elastic_rod"} <= set(_MODELS)
+
+
+@pytest.mark.parametrize("model", _MODELS)
+def test_paper_params_round_trip_exactly(tmp_path, model):
+    """Each model's paper_params() comes back as it was: the tuple of int pairs `connections`
+    (coupled_spherical_pendula) as that tuple, the string `inertia` (elastic_rod) as a str, a
+    float as a float, arrays of the same dtype, shape and bits."""
+    params = getattr(s2.models, model).paper_params()
+    sol, _ = _solution()
+    path = tmp_path / "run.npz"
+    s2.io.save_solution(path, sol, params=params)
+    _assert_identical(s2.io.load_solution(path).params, params)
+
+
+def test_every_supported_leaf_and_container_round_trips(tmp_path):
+    leaves = {
+        "bool": True, "int": -(2**63), "float": float("nan"), "complex": 1.5 - 2j, "str": "e₃ ↓",
+        "float32 scalar": np.float32(0.1), "bool scalar": np.bool_(False), "string scalar": np.str_("bob"),
+        "int8": np.arange(-3, 3, dtype=np.int8).reshape(2, 3), "uint64": np.array([2**64 - 1], np.uint64),
+        "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "big-endian": np.arange(3, dtype=">f8"),
+        "strings": np.array(["a", "bcd"]), "empty": np.zeros((0, 3)), "0-d": np.array(2.5),
+        "complex64": np.array([1 + 1j], np.complex64), "int past int64": 2**64 - 1,
+    }
+    params = {"z": None, "a.key with a dot": [{}, [], ()], "ω": (leaves, [1, (2, "x")]), "jax": jnp.arange(3.0)}
+    sol, _ = _solution()
+    path = tmp_path / "run.npz"
+    s2.io.save_solution(path, sol, params=params)
+    loaded = s2.io.load_solution(path).params
+    _assert_identical(loaded, {**params, "jax": np.arange(3.0)})  # a JAX array comes back as numpy's
+    assert list(loaded) == ["z", "a.key with a dot", "ω", "jax"]  # in their order, not sorted
+
+
+def test_a_params_leaf_that_cannot_come_back_exactly_is_named(tmp_path):
+    sol, _ = _solution()
+    path = tmp_path / "run.npz"
+    for bad in (object(), b"bytes", 2**64, "ends in NUL\0", jnp.zeros(2, jnp.bfloat16), np.array([1, "a"], object),
+                np.datetime64("2024-01-01"), collections.Counter()):
+        with pytest.raises(ValueError, match=r"^params\.links\.1\.bad = .* cannot be saved exactly"):
+            s2.io.save_solution(path, sol, params={"g": 9.81, "links": [{}, {"bad": bad}]})
+        assert not path.exists()
+
+
+def test_two_params_leaves_with_one_name_are_refused(tmp_path):
+    """They used to be saved under one name, the second overwriting the first."""
+    sol, _ = _solution()
+    path = tmp_path / "run.npz"
+    with pytest.raises(ValueError, match=r"several leaves of params are named \['params\.a\.b'\]"):
+        s2.io.save_solution(path, sol, params={"a.b": 1.0, "a": {"b": 2.0}})
+    assert not path.exists()
+
+
+Link = collections.namedtuple("Link", ["length", "label"])
+
+
+def test_params_in_other_containers_load_flat_keyed(tmp_path):
+    """A namedtuple (or an equinox Module, …) cannot be described in JSON: its leaves are saved
+    without the structure, as in a file of the previous version."""
+    sol, _ = _solution()
+    path = tmp_path / "run.npz"
+    params = {"g": 9.81, "link": Link(np.array([1.0, 2.0]), "bob")}
+    s2.io.save_solution(path, sol, params=params)
+    with np.load(path) as data:
+        assert "params_structure" not in data.files
+    flat = s2.io.load_solution(path).params
+    assert sorted(flat) == ["params.g", "params.link.label", "params.link.length"]
+    np.testing.assert_array_equal(flat["params.link.length"], [1.0, 2.0])
+    structured = s2.io.load_solution(path, params_like=params).params
+    assert type(structured["link"]) is Link and str(structured["link"].label) == "bob"
+
+
+def test_a_file_without_the_structure_record_loads_flat_keyed(tmp_path):
+    """A file of the previous version (no `params_structure`): params flat-keyed, as it gave them,
+    and `params_like` still puts them into its structure."""
+    params = s2.models.coupled_spherical_pendula.paper_params()
+    sol, _ = _solution()
+    path = tmp_path / "run.npz"
+    s2.io.save_solution(path, sol, params=params)
+    _rewrite(path, params_structure=None)
+    with np.load(path) as data:
+        assert "params_structure" not in data.files
+    flat = s2.io.load_solution(path).params
+    assert flat.keys() == s2.io.flatten_params(params).keys() and "params.connections.3.0" in flat
+    for name, value in s2.io.flatten_params(params).items():
+        assert flat[name].dtype == value.dtype and flat[name].tobytes() == value.tobytes(), name
+    structured = s2.io.load_solution(path, params_like=params).params
+    assert [[int(i) for i in pair] for pair in structured["connections"]] == [[0, 1], [1, 2], [2, 3], [3, 0]]
+    np.testing.assert_array_equal(structured["pivots"], params["pivots"])
 
 
 def test_saved_solution_is_readable_with_plain_numpy(tmp_path):
@@ -133,6 +260,13 @@ def _rewrite(path, **changes):
         ("bad metadata", r"is damaged: its metadata is not valid JSON"),
         ("metadata not a dict", r"is damaged: its metadata is not a JSON object"),
         ("pickled member", r"is damaged: "),
+        ("params structure not JSON", r"is damaged: its params structure does not describe its params"),
+        ("params structure names a missing leaf", r"is damaged: its params structure does not describe its params"),
+        (
+            "params structure misses a leaf",
+            r"is damaged: its params structure lacks the saved params \['params\.g', 'params\.links\.0\.length', "
+            r"'params\.links\.1\.label'\]",
+        ),
     ],
 )
 def test_a_damaged_file_is_one_value_error_naming_it(tmp_path, damage, what):
@@ -159,8 +293,14 @@ def test_a_damaged_file_is_one_value_error_naming_it(tmp_path, damage, what):
         _rewrite(path, metadata=np.array("{not json"))
     elif damage == "metadata not a dict":
         _rewrite(path, metadata=np.array("[1, 2]"))
-    else:
+    elif damage == "pickled member":
         _rewrite(path, q=np.array([{"a": 1}], dtype=object))
+    elif damage == "params structure not JSON":
+        _rewrite(path, params_structure=np.array('{"dict": '))
+    elif damage == "params structure names a missing leaf":
+        _rewrite(path, **{"params.m": None})
+    else:
+        _rewrite(path, params_structure=np.array('{"dict": {"m": {"leaf": "params.m", "kind": "float"}}}'))
     with pytest.raises(ValueError, match=re.escape(str(path)) + ".*" + what):
         s2.io.load_solution(path)
 
@@ -228,3 +368,35 @@ def test_the_next_save_removes_temporaries_of_killed_writes(tmp_path):
         live.communicate("\n", timeout=120)
     assert live.returncode == 0 and path.read_bytes() == b"partial"  # the live writer finished
     assert _temporaries(tmp_path, "run.npz") == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o007])
+def test_files_get_the_permissions_of_open(tmp_path, umask):
+    """0o666 less the umask, as `open(path, "w")` gives (the temporary file's 0o600 used to stay),
+    for a new file and one written over."""
+    sol, params = _solution()
+    previous = os.umask(umask)
+    try:
+        with open(tmp_path / "plain.txt", "w"):
+            pass
+        s2.io.save_solution(tmp_path / "run.npz", sol, params=params)
+        (tmp_path / "figure.png").write_bytes(b"old")
+        os.chmod(tmp_path / "figure.png", 0o600)
+        with s2.io.atomic_write(tmp_path / "figure.png") as file:
+            file.write(b"new")
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == {"plain.txt": 0o666 & ~umask, "run.npz": 0o666 & ~umask, "figure.png": 0o666 & ~umask}
+
+
+def test_the_umask_is_read_with_and_without_proc(tmp_path):
+    """From /proc/self/status where Linux has it; elsewhere set and restored with os.umask."""
+    previous = os.umask(0o027)
+    try:
+        read = s2.io._umask()
+        set_and_restored = s2.io._umask(tmp_path / "no status file")
+        still = os.umask(0o027)
+    finally:
+        os.umask(previous)
+    assert read == set_and_restored == still == 0o027
