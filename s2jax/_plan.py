@@ -277,7 +277,8 @@ def _evaluate_abstractly(system: AbstractSystem, q0, omega0, params) -> None:
     """Trace the system's energy at (q0, ω0) with `params`, computing nothing: where the params are
     traced the model is otherwise first called inside the computation, and an error of the user's
     (a key that `params` lacks) would surface there, far from its cause."""
-    jax.eval_shape(lambda q, w, p: system.energy(q, w, system.prepare(q, p)), q0, omega0, params)
+    # params closed over, not passed: their static leaves (a tuple of index pairs) stay Python.
+    jax.eval_shape(lambda q, w: system.energy(q, w, system.prepare(q, params)), q0, omega0)
 
 
 def _probe_state(q0, omega0):

@@ -226,3 +226,17 @@ def test_a_step_too_large_is_explained_by_the_integrators_own_condition(integrat
     )
     with pytest.raises(jax.errors.JaxRuntimeError, match=condition):
         jax.block_until_ready(run(jnp.asarray(q0)))
+
+
+def test_traced_params_with_static_leaves_run():
+    """The abstract evaluation that names a missing key (above) leaves the static leaves of params
+    as they are: the coupled pendula read their `connections` (a tuple of index pairs) with numpy,
+    under jit too (a tracer there was a TracerArrayConversionError)."""
+    model = s2.models.coupled_spherical_pendula
+    params = model.paper_params()
+    q0, omega0 = model.paper_state()
+    run = jax.jit(lambda k: s2.simulate(model.lagrangian, q0, omega0, dict(params, spring_constants=k), dt=1e-3, num_steps=5))
+    traced = run(jnp.asarray(params["spring_constants"]))
+    eager = s2.simulate(model.lagrangian, q0, omega0, params, dt=1e-3, num_steps=5)
+    assert traced.result == s2.RESULTS.successful
+    np.testing.assert_allclose(traced.q, eager.q, rtol=0, atol=1e-15)
