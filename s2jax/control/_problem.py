@@ -22,9 +22,10 @@ from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
 from .._integrators import AbstractIntegrator, AutoIntegrator
 from .._plan import Plan, plan
-from .._results import RESULTS
+from .._results import RESULTS, _names
 from .._simulate import simulate
 from .._solution import Solution
+from .._summary import solution_repr
 from .._system import AbstractSystem
 from .._validation import trace_floats
 
@@ -181,14 +182,21 @@ class ControlSolution(eqx.Module):
 
     - `controls`: the optimal u_0 … u_{N−1}, shape (N, *control_shape), inside the bounds.
     - `t`, `q`, `omega`: the trajectory they produce (re-simulated from them), (N + 1, …).
-    - `cost`: J of that trajectory; `cost_history`: J after each inner iteration (NaN past the
-      last one), shape (max iterations,).
-    - `constraint_violation`: max |c(q_N, ω_N)| (and, for multiple shooting, of the segment jumps
-      before the final re-simulation); 0 without constraints.
+    - `cost`: J of that trajectory; `cost_history`: the objective after each inner iteration,
+      round after round (NaN past the last one), shape (rounds × max_steps,): J itself without a
+      terminal constraint, else the augmented J + λ·c + ρ/2 |c|² of the iteration's round.
+    - `constraint_violation`: max |c(q_N, ω_N)| of the returned trajectory; 0 without constraints.
     - `result`: `RESULTS.successful`, or why not (`RESULTS.optimisation_not_converged`, a
       simulation failure).
     - `num_iterations`: inner iterations in all; `num_outer_iterations`: augmented-Lagrangian
-      updates of the multipliers.
+      rounds (inner solves followed by a multiplier update).
+    - `round_iterations`: the inner iterations of each round (0 past the last), shape (rounds,),
+      rounds = `max_outer_steps` with constraints, else 1; `round_violation`: max|c| of all the
+      solver's constraints (for `MultipleShooting`, the segment jumps too) after each round (NaN
+      past the last), same shape.
+
+    `print(solution.summary(problem))` says in a few lines what the solve did; `repr` gives
+    the shapes, not the arrays.
     """
 
     controls: Float[Array, "N ..."]
@@ -201,3 +209,152 @@ class ControlSolution(eqx.Module):
     result: RESULTS
     num_iterations: Int[Array, ""]
     num_outer_iterations: Int[Array, ""]
+    round_iterations: Int[Array, " rounds"]
+    round_violation: Float[Array, " rounds"]
+
+    def summary(self, problem: Problem | None = None) -> str:
+        """A few lines on what the solve did: the result and what it means, the cost J, the
+        constraint violation, the inner iterations and augmented-Lagrangian rounds (with the
+        violation after each), and the range of the controls. Given the `problem` solved (shared
+        by a batch), also J's running and terminal parts Σ h ℓ and Φ(q_N, ω_N), the norm
+        |c(q_N, ω_N)| of the terminal constraint (the final state's distance to its target when
+        c is the state less a target), and the fraction of control components at a bound (within
+        10⁻⁶ of the box's width). A batch (from `jax.vmap`) gives the counts of each result and
+        a line per member (the first ten).
+
+        **Arguments:**
+
+        - `problem`: the `Problem` that was solved, or None.
+
+        **Returns:** the text; `print(solution.summary(problem))` shows it.
+        """
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self)):
+            raise ValueError("ControlSolution.summary() needs concrete arrays; call it outside jax.jit / jax.vmap")
+        if problem is not None and not isinstance(problem, Problem):
+            raise TypeError(f"`problem` must be the s2jax.control.Problem solved; got {type(problem).__name__}")
+        codes = np.asarray(self.result._value)
+        extras = _problem_extras(self, problem, codes.shape) if problem is not None else None
+        return (_batch_summary if codes.shape else _single_summary)(self, codes, extras)
+
+    def __repr__(self) -> str:
+        return solution_repr(self)
+
+
+# Members listed one per line in the summary of a batch; past these, a count and the ranges.
+_MAX_MEMBER_LINES = 10
+# A control component counts as at a bound within this fraction of the box's width (the shooting
+# solvers' tanh keeps controls strictly inside the box).
+_AT_BOUND = 1e-6
+
+
+def _meaning(name: str, rounds: int, max_rounds: int) -> str:
+    """What a result means, for a solve that ran `rounds` of at most `max_rounds` rounds."""
+    if name == "successful":
+        return "converged: the inner solve met its tolerance and max|c| ≤ constraint_tolerance"
+    if name != "optimisation_not_converged":
+        return RESULTS._index_to_message[int(RESULTS._name_to_item[name]._value)]
+    if rounds < max_rounds:
+        return (
+            f"stopped after round {rounds} of at most {max_rounds}: it lowered neither the constraint violation "
+            "nor the cost, so the terminal constraint looks unreachable from there"
+        )
+    if max_rounds > 1:
+        return (
+            f"max_outer_steps = {max_rounds} rounds ran without meeting both tolerances (inner convergence and "
+            "max|c| ≤ constraint_tolerance)"
+        )
+    return "after its only round, the inner solve had not converged within max_steps, or max|c| > constraint_tolerance"
+
+
+def _problem_extras(solution: ControlSolution, problem: Problem, batch_shape) -> dict[str, np.ndarray]:
+    """The numbers of the summary that need the problem, each of shape `batch_shape`."""
+    size = int(np.prod(batch_shape, dtype=int))
+    arrays = (solution.controls, solution.t, solution.q, solution.omega)
+    controls, t, q, omega = (jnp.reshape(x, (size, *x.shape[len(batch_shape) :])) for x in arrays)
+
+    def member(controls, t, q, omega):
+        running = problem.running(t[:-1], q[:-1], omega[:-1], controls)
+        c = problem.constraint(q[-1], omega[-1])
+        return running, problem.terminal(q[-1], omega[-1]), jnp.sqrt(jnp.sum(c**2))
+
+    running, terminal, distance = jax.vmap(member)(controls, t, q, omega)
+    extras = {"running": running, "terminal": terminal, "distance": distance}
+    if problem.bounded:
+        lower, upper = problem.bounds(controls.shape)
+        tolerance = _AT_BOUND * (upper - lower)
+        at = (controls - lower <= tolerance) | (upper - controls <= tolerance)
+        extras["at_bound"] = jnp.mean(jnp.reshape(at, (size, -1)), axis=1, dtype=controls.dtype)
+    return {name: np.asarray(value).reshape(batch_shape) for name, value in extras.items()}
+
+
+def _rounds(iterations, violations, outer) -> str:
+    """"32 inner in 8 augmented-Lagrangian rounds; max|c| after each: …" (the first and last few)."""
+    text = f"{iterations} inner in {outer} augmented-Lagrangian round{'s' if outer != 1 else ''}"
+    if outer > 1:
+        shown = [f"{v:.1e}" for v in violations[:outer]]
+        if len(shown) > 6:
+            shown = [*shown[:3], "…", *shown[-2:]]
+        text += f"; max|c| after each: {', '.join(shown)}"
+    return text
+
+
+def _single_summary(solution: ControlSolution, codes, extras) -> str:
+    name = _names(codes).item()
+    controls = np.asarray(solution.controls)
+    norms = np.sqrt(np.sum(controls.reshape(controls.shape[0], -1) ** 2, axis=1))
+    outer = int(solution.num_outer_iterations)
+    lines = [
+        f"ControlSolution: RESULTS.{name} ({_meaning(name, outer, solution.round_violation.shape[-1])})",
+        f"  cost J = {float(solution.cost):.10g}; constraint violation max|c| = "
+        f"{float(solution.constraint_violation):.2e}",
+        "  iterations: " + _rounds(int(solution.num_iterations), np.asarray(solution.round_violation), outer),
+        f"  controls: {controls.shape[0]} steps of shape {controls.shape[1:]}, components from {controls.min():.4g} "
+        f"to {controls.max():.4g}, max |u_k| = {norms.max():.4g}",
+    ]
+    if extras is not None:
+        lines.append(
+            f"  J = running Σ h ℓ {float(extras['running']):.6g} + terminal Φ {float(extras['terminal']):.6g}; "
+            f"terminal constraint |c(q_N, ω_N)| = {float(extras['distance']):.2e}"
+        )
+        if "at_bound" in extras:
+            lines.append(f"  {100 * float(extras['at_bound']):.1f} % of the control components at a bound")
+    return "\n".join(lines)
+
+
+def _member_line(solution: ControlSolution, name: str, index, extras) -> str:
+    controls = np.asarray(solution.controls[index])
+    text = (
+        f"RESULTS.{name}; J = {float(solution.cost[index]):.6g}, max|c| = "
+        f"{float(solution.constraint_violation[index]):.2e}, {int(solution.num_iterations[index])} iterations in "
+        f"{int(solution.num_outer_iterations[index])} rounds, u from {controls.min():.4g} to {controls.max():.4g}"
+    )
+    if extras is not None:
+        text += f"; |c(q_N, ω_N)| = {float(extras['distance'][index]):.2e}"
+        if "at_bound" in extras:
+            text += f", {100 * float(extras['at_bound'][index]):.1f} % at a bound"
+    return text
+
+
+def _batch_summary(solution: ControlSolution, codes, extras) -> str:
+    names = _names(codes)
+    shape = f" {codes.shape}" if codes.ndim > 1 else ""
+    counts = dict(zip(*np.unique(names, return_counts=True)))
+    others = ", ".join(f"{name}: {count}" for name, count in counts.items() if name != "successful")
+    lines = [
+        f"ControlSolution: a batch of {codes.size}{shape}, {solution.controls.shape[codes.ndim]} steps of controls of "
+        f"shape {solution.controls.shape[codes.ndim + 1:]} each",
+        f"  {counts.get('successful', 0)} of {codes.size} successful" + (f" ({others})" if others else ""),
+    ]
+    indices = list(np.ndindex(codes.shape))
+    for index in indices[:_MAX_MEMBER_LINES]:
+        label = index[0] if len(index) == 1 else index
+        lines.append(f"  [{label}] " + _member_line(solution, names[index], index, extras))
+    if len(indices) > _MAX_MEMBER_LINES:
+        cost = np.asarray(solution.cost)
+        iterations = np.asarray(solution.num_iterations)
+        lines.append(
+            f"  … {len(indices) - _MAX_MEMBER_LINES} more; over all members: J from {cost.min():.6g} to "
+            f"{cost.max():.6g}, max|c| ≤ {np.asarray(solution.constraint_violation).max():.2e}, "
+            f"{iterations.min()} to {iterations.max()} iterations"
+        )
+    return "\n".join(lines)

@@ -1,16 +1,25 @@
-"""`solve`: a trajectory optimisation problem from an initial state, by a chosen solver."""
+"""`solve`: a trajectory optimisation problem from an initial state, by a chosen solver.
+
+`progress=True` reports from the host alone: a heartbeat thread says on stderr what the call is
+doing (preparing, tracing, compiling, solving), and the rounds are printed from the returned
+`ControlSolution`. The compiled program is the same with and without it and holds no host callback,
+so it is compiled once and JAX's persistent compilation cache can store it.
+"""
 
 import sys
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._custom_types import Array
 from .._errors import SimulationError, error_if
 from .._jit import filter_jit
-from .._results import RESULTS
+from .._results import RESULTS, _names
 from .._validation import check_initial_state
-from ._problem import ControlSolution, Problem
+from ._problem import ControlSolution, Problem, _meaning
 from ._solver import AbstractControlSolver, run_augmented_lagrangian
 
 
@@ -42,12 +51,20 @@ def solve(
     - `constraint_tolerance`: the largest |c| accepted.
     - `throw`: raise `SimulationError` if the solve did not converge or a simulation failed;
       with `throw=False` the result is in `ControlSolution.result`.
-    - `progress`: print a line when the call starts (a problem's first solve compiles, which
-      takes seconds to a minute), then each augmented-Lagrangian round's objective, inner
-      iterations and constraint violation, to stderr (an unconstrained problem has one round).
+    - `progress`: report on stderr: a line when the call starts, then, rewritten at most every
+      second, what it is doing and for how long ("compiling … 12 s": a problem's first solve
+      traces and compiles, which takes seconds to a minute); when it returns, the time of each
+      phase, each augmented-Lagrangian round's objective, inner iterations and constraint
+      violation (an unconstrained problem has one round), and the result. All of it is printed
+      from the host (a thread and the returned solution): the compiled program is the same with
+      and without `progress` and holds no callback, so toggling it does not compile again and
+      JAX's persistent compilation cache (`s2jax.enable_compilation_cache`) stores it. Under
+      `jax.jit`, `jax.vmap` or `jax.grad` (traced inputs) nothing can be reported while the
+      program runs: `progress=True` then prints one line saying so, when traced.
 
     Works under `jax.jit` and `jax.vmap` (e.g. over a batch of initial states, with
     `throw=False`); the initial state is checked before compiling when it is concrete.
+    `print(solution.summary(problem))` says what the solve did.
 
     **Returns:** a `ControlSolution`; its trajectory is re-simulated from its controls.
     """
@@ -57,18 +74,20 @@ def solve(
         raise TypeError(f"`solver` must be an s2jax.control solver; got {solver!r}")
     q0 = jnp.asarray(q0, dtype=float)
     omega0 = jnp.asarray(omega0, dtype=float)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, q0, omega0, init)))
     if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):
         check_initial_state(q0, omega0, problem.dt)
-    problem = problem.planned(q0, omega0)
-    shape = (problem.num_steps, *problem.control_shape)
-    if init is None:
-        init = problem.clip(jnp.zeros(shape, q0.dtype))
-    init = jnp.asarray(init, dtype=q0.dtype)
-    if init.shape != shape:
-        raise ValueError(f"`init` must have shape (num_steps, *control_shape) = {shape}; got {init.shape}")
-    if progress:
-        print("s2jax.control.solve: starting (a problem's first solve compiles first) …", file=sys.stderr, flush=True)
-    solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, progress)
+    if progress and not traced:
+        solution = _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+    else:
+        if progress:
+            print(
+                "s2jax.control.solve: progress=True reports nothing inside jax.jit, jax.vmap or jax.grad (traced "
+                "inputs); print(solution.summary(problem)) once the solution is concrete",
+                file=sys.stderr, flush=True,
+            )
+        problem, init = _prepare(problem, q0, omega0, init)
+        solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
     if throw:
         codes = solution.result._value
         if isinstance(codes, jax.core.Tracer):  # under the user's jit or vmap: checked in the graph
@@ -78,12 +97,24 @@ def solve(
     return solution
 
 
-def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, progress=False) -> ControlSolution:
+def _prepare(problem: Problem, q0, omega0, init) -> tuple[Problem, Array]:
+    """The problem planned (`Problem.planned`) and the initial guess of the controls, checked."""
+    problem = problem.planned(q0, omega0)
+    shape = (problem.num_steps, *problem.control_shape)
+    if init is None:
+        init = problem.clip(jnp.zeros(shape, q0.dtype))
+    init = jnp.asarray(init, dtype=q0.dtype)
+    if init.shape != shape:
+        raise ValueError(f"`init` must have shape (num_steps, *control_shape) = {shape}; got {init.shape}")
+    return problem, init
+
+
+def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
     """The computation of `solve`, without its eager checks and error raising."""
     decision = solver.init(problem, q0, omega0, problem.clip(init))
-    decision, history, total, outer, converged, _, _ = run_augmented_lagrangian(
+    decision, history, iterations, violations, outer, converged = run_augmented_lagrangian(
         solver, problem, q0, omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
-        penalty=getattr(solver, "penalty", 10.0), progress=progress,
+        penalty=getattr(solver, "penalty", 10.0),
     )
     controls = problem.clip(solver.controls(problem, decision))
     sol = problem.simulate(q0, omega0, controls)
@@ -91,7 +122,8 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     result = RESULTS.where(converged, RESULTS.successful, RESULTS.optimisation_not_converged)
     result = RESULTS.where(sol.result == RESULTS.successful, result, sol.result)
     return ControlSolution(
-        controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), history, violation, result, total, outer
+        controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), history, violation, result,
+        jnp.sum(iterations), outer, iterations, violations,
     )
 
 
@@ -115,3 +147,141 @@ def _raise_if_failed(codes):
             f"s2jax.control.solve{where}: {RESULTS._index_to_message[code]}{hint}. Pass throw=False to "
             "get the last iterate and its result code."
         )
+
+
+# The heartbeat rewrites its line at most this often (seconds).
+HEARTBEAT_SECONDS = 1.0
+# jax.monitoring events: the end of tracing a top-level jitted function (lowering and XLA's
+# compilation follow), and a program loaded from the persistent compilation cache.
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_heartbeats = {}  # thread id -> the `_Heartbeat` of that thread's call in progress
+_listening = False
+
+
+def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
+    """`solve`'s computation with its heartbeat on stderr, then its report (`progress=True`)."""
+    print(
+        f"s2jax.control.solve: starting ({type(solver).__name__}, {problem.num_steps} steps; a problem's first "
+        "solve traces and compiles first) …",
+        file=sys.stderr, flush=True,
+    )
+    with _Heartbeat() as heartbeat:
+        problem, init = _prepare(problem, q0, omega0, init)
+        heartbeat.phase("tracing")
+        programs = _solve.cache_size()
+        solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
+        compiled = _solve.cache_size() > programs
+        heartbeat.phase("solving")  # the call returns once the program is dispatched
+        jax.block_until_ready(solution)
+    print(_report(solution, solver, heartbeat, compiled), file=sys.stderr, flush=True)
+    return solution
+
+
+class _Heartbeat:
+    """A status line on stderr, "s2jax.control.solve: compiling … 12 s", rewritten by a daemon
+    thread every `HEARTBEAT_SECONDS` (none for a call that returns sooner) and cleared on exit.
+
+    The calling thread names the phases (`phase`); "tracing" turns into "compiling" when JAX
+    reports (`jax.monitoring`) that it has traced the solve, so the line shows where a first
+    call spends its time. `durations` holds the seconds spent in each phase.
+    """
+
+    def __init__(self):
+        self.owner = threading.get_ident()
+        self.durations: dict[str, float] = {}
+        self.loaded = False  # the program came from JAX's persistent compilation cache
+        self._label = "preparing"
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="s2jax.control.solve progress", daemon=True)
+        self._width = 0
+
+    def __enter__(self) -> "_Heartbeat":
+        _listen()
+        self._start = self._since = time.perf_counter()
+        _heartbeats[self.owner] = self
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exception) -> None:
+        del _heartbeats[self.owner]
+        self._stop.set()
+        self._thread.join()
+        self.phase(None)
+        if self._width:
+            sys.stderr.write("\r" + " " * self._width + "\r")
+            sys.stderr.flush()
+
+    def phase(self, label: str | None) -> None:
+        """End the current phase and start `label`'s (None: the last one ends)."""
+        with self._lock:
+            now = time.perf_counter()
+            self.durations[self._label] = self.durations.get(self._label, 0.0) + now - self._since
+            self._label, self._since = label, now
+
+    def saw(self, event: str, fun_name: str | None) -> None:
+        """A `jax.monitoring` event of the calling thread (`fun_name`: the function traced)."""
+        if event == _TRACE_EVENT and self._label == "tracing" and fun_name in (None, solve_in_graph.__name__):
+            self.phase("compiling")
+        elif event == _CACHE_HIT_EVENT and self._label == "compiling":
+            self.loaded = True
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            with self._lock:
+                text = f"s2jax.control.solve: {self._label} … {time.perf_counter() - self._start:.0f} s"
+            sys.stderr.write("\r" + text.ljust(self._width))
+            sys.stderr.flush()
+            self._width = max(self._width, len(text))
+
+
+def _on_event(event: str, *_, fun_name: str | None = None, **__) -> None:
+    """The `jax.monitoring` listener: forwards an event to the heartbeat of the thread it happens in."""
+    heartbeat = _heartbeats.get(threading.get_ident())
+    if heartbeat is not None:
+        heartbeat.saw(event, fun_name)
+
+
+def _listen() -> None:
+    """Register `_on_event` with `jax.monitoring`, once per process (it is idle between calls)."""
+    global _listening
+    if not _listening:
+        jax.monitoring.register_event_listener(_on_event)
+        jax.monitoring.register_event_duration_secs_listener(_on_event)
+        _listening = True
+
+
+def _report(solution: ControlSolution, solver, heartbeat: _Heartbeat, compiled: bool) -> str:
+    """What `progress` prints once the solve has returned: the phases' times, one line per
+    augmented-Lagrangian round (its last objective, inner iterations, constraint violation),
+    and the result."""
+    seconds = heartbeat.durations
+    phases = [f"preparing {seconds['preparing']:.3g} s"]
+    if compiled:
+        phases.append(f"tracing {seconds['tracing']:.3g} s")
+        if "compiling" in seconds:
+            loaded = " (loaded from the persistent compilation cache)" if heartbeat.loaded else ""
+            phases.append(f"compiling {seconds['compiling']:.3g} s{loaded}")
+    else:
+        phases.append("the compiled program reused")
+    phases.append(f"solving {seconds['solving']:.3g} s")
+    lines = [f"s2jax.control.solve: {sum(seconds.values()):.3g} s: {', '.join(phases)}"]
+    history = np.asarray(solution.cost_history)
+    iterations = np.asarray(solution.round_iterations)
+    violations = np.asarray(solution.round_violation)
+    ends = np.cumsum(iterations)
+    for index in range(int(solution.num_outer_iterations)):
+        objective = history[ends[index] - 1] if iterations[index] else np.nan
+        cap = " (max_steps reached)" if iterations[index] == solver.max_steps else ""
+        lines.append(
+            f"s2jax.control.solve: round {index + 1}: objective {objective:.6g} after {iterations[index]} "
+            f"iteration{'s' if iterations[index] != 1 else ''}{cap}, constraint violation {violations[index]:.2e}"
+        )
+    name = _names(solution.result._value).item()
+    meaning = _meaning(name, int(solution.num_outer_iterations), violations.size)
+    lines.append(
+        f"s2jax.control.solve: RESULTS.{name} ({meaning}); cost J = {float(solution.cost):.10g}, constraint "
+        f"violation {float(solution.constraint_violation):.2e}"
+    )
+    return "\n".join(lines)

@@ -13,7 +13,6 @@ in one call. See docs/api/control.md.
 """
 
 import abc
-import sys
 
 import equinox as eqx
 import jax
@@ -83,12 +82,12 @@ def run_augmented_lagrangian(
     max_outer_steps: int,
     tolerance: float,
     penalty: float,
-    progress: bool = False,
 ):
     """Inner solves and multiplier updates until the constraints hold to `tolerance`.
 
-    With `progress`, each round prints its objective, inner iterations and constraint violation
-    to stderr (a `jax.debug.callback`, once per round, never per inner iteration).
+    Nothing here calls the host (no callback): the program is the same whatever `solve`'s
+    `progress`, and JAX's persistent compilation cache can store it. What `progress` prints
+    comes from the per-round records returned here.
 
     A round after the first that leaves the violation above `tolerance` and lowers neither it nor
     the cost J (the round's last objective less λ·c + ρ/2 |c|²) by more than `STALL_FRACTION` of
@@ -97,7 +96,10 @@ def run_augmented_lagrangian(
     met from here. (A round cut off by `max_steps` alone may be on its way to a breakthrough, hence
     the second chance.)
 
-    **Returns:** `(decision, history, num_iterations, num_outer, converged, violation, stalled)`.
+    **Returns:** `(decision, history, iterations, violations, num_outer, converged)`: the decision
+    variables, the augmented objective after each inner iteration (NaN past the last), the inner
+    iterations of each round (0 past the last) and the violation max|c| after each (NaN past the
+    last), both of shape (rounds,), the rounds run, and whether the last one met the tolerances.
     """
     num_constraints = solver.constraints(problem, q0, omega0, decision).size
     max_outer = max_outer_steps if num_constraints else 1
@@ -108,11 +110,14 @@ def run_augmented_lagrangian(
         return (outer < max_outer) & ~done & ~stalled
 
     def body(carry):
-        decision, multipliers, rho, history, outer, total, _, _, previous, previous_cost, idle = carry
+        decision, multipliers, rho, history, iterations, violations, outer, total, *_ = carry
+        previous, previous_cost, idle = carry[-3:]
         decision, objective, steps, converged = solver.minimise(problem, q0, omega0, decision, multipliers, rho)
         history = lax.dynamic_update_slice(history, objective, (total,))
         constraint = solver.constraints(problem, q0, omega0, decision)
         size = violation(constraint)
+        iterations = iterations.at[outer].set(steps)
+        violations = violations.at[outer].set(size)
         last = objective[jnp.maximum(steps - 1, 0)]
         cost = last - augmented_lagrangian(constraint, multipliers, rho)
         lower_violation = size < (1.0 - STALL_FRACTION) * previous
@@ -123,29 +128,19 @@ def run_augmented_lagrangian(
         # The constraint met, only the inner solve is left to converge: that is not a stall.
         no_progress = (outer > 0) & (size > tolerance) & ~lower_violation & ~lower_cost
         stalled = no_progress & (converged | idle)
-        if progress:
-            jax.debug.callback(_print_round, outer, last, steps, size, converged, stalled)
-        return decision, multipliers, rho, history, outer + 1, total + steps, done, stalled, size, cost, no_progress
+        return (
+            decision, multipliers, rho, history, iterations, violations, outer + 1, total + steps, done, stalled, size,
+            cost, no_progress,
+        )
 
     initial = violation(solver.constraints(problem, q0, omega0, decision))
     carry = (
         decision, jnp.zeros((num_constraints,), q0.dtype), jnp.asarray(penalty, q0.dtype), history0,
-        jnp.array(0), jnp.array(0), jnp.array(False), jnp.array(False), initial, jnp.asarray(jnp.inf, q0.dtype),
-        jnp.array(False),
+        jnp.zeros((max_outer,), int), jnp.full((max_outer,), jnp.nan, q0.dtype), jnp.array(0), jnp.array(0),
+        jnp.array(False), jnp.array(False), initial, jnp.asarray(jnp.inf, q0.dtype), jnp.array(False),
     )
-    decision, _, _, history, outer, total, done, stalled, size, _, _ = lax.while_loop(cond, body, carry)
-    return decision, history[: max_outer * solver.max_steps], total, outer, done, size, stalled
-
-
-def _print_round(outer, objective, steps, size, converged, stalled):
-    status = "" if converged else " (inner solve not converged)"
-    if stalled:
-        status += "; no progress this round (neither the violation nor the cost fell): stopping"
-    print(
-        f"s2jax.control.solve: round {int(outer) + 1}: objective {float(objective):.6g} after {int(steps)} "
-        f"iterations, constraint violation {float(size):.2e}{status}",
-        file=sys.stderr, flush=True,
-    )
+    decision, _, _, history, iterations, violations, outer, _, done, _, _, _, _ = lax.while_loop(cond, body, carry)
+    return decision, history[: max_outer * solver.max_steps], iterations, violations, outer, done
 
 
 def squash(z, lower, upper):
