@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,7 @@ from .._errors import SimulationError, error_if
 from .._jit import filter_jit
 from .._results import RESULTS, _names
 from .._validation import check_initial_state
+from ._implicit import closure_converted, optimal_controls
 from ._problem import ControlSolution, Problem, _meaning
 from ._solver import AbstractControlSolver, run_augmented_lagrangian
 
@@ -110,13 +112,22 @@ def _prepare(problem: Problem, q0, omega0, init) -> tuple[Problem, Array]:
 
 
 def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
-    """The computation of `solve`, without its eager checks and error raising."""
-    decision = solver.init(problem, q0, omega0, problem.clip(init))
+    """The computation of `solve`, without its eager checks and error raising.
+
+    The solver iterates on (problem, q0, ω0) with their derivatives stopped; the controls it
+    returns carry the derivatives of the optimum (`_implicit.optimal_controls`), and the
+    trajectory and cost are re-simulated from them, so `jax.grad` of any output never
+    differentiates an iteration.
+    """
+    problem = closure_converted(problem, q0, omega0)
+    fixed, fixed_q0, fixed_omega0 = _stop_gradient((problem, q0, omega0))
+    decision = solver.init(fixed, fixed_q0, fixed_omega0, fixed.clip(jax.lax.stop_gradient(init)))
     decision, history, iterations, violations, outer, converged = run_augmented_lagrangian(
-        solver, problem, q0, omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
+        solver, fixed, fixed_q0, fixed_omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
         penalty=getattr(solver, "penalty", 10.0),
     )
-    controls = problem.clip(solver.controls(problem, decision))
+    controls = fixed.clip(solver.controls(fixed, decision))
+    controls = optimal_controls((problem, q0, omega0), controls, converged)
     sol = problem.simulate(q0, omega0, controls)
     violation = jnp.max(jnp.abs(problem.constraint(sol.q[-1], sol.omega[-1])), initial=0.0)
     result = RESULTS.where(converged, RESULTS.successful, RESULTS.optimisation_not_converged)
@@ -128,6 +139,10 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
 
 
 _solve = filter_jit(solve_in_graph)
+
+
+def _stop_gradient(tree):
+    return jax.tree_util.tree_map(lambda x: jax.lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
 
 
 def _raise_if_failed(codes):
