@@ -44,3 +44,9 @@ def _release_compiled_code():
     """
     yield
     jax.clear_caches()
+
+
+def pytest_collection_modifyitems(items):
+    """The notebooks first: each runs one to two minutes in one test, and started last it would
+    leave the other worker idle at the end of the suite."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/test_notebooks.py::test_notebook_runs"))

@@ -77,6 +77,7 @@ def test_the_optimum_with_a_terminal_constraint_and_active_bounds_is_differentia
     assert jnp.all(jacobian[:, 2] != 0)
 
 
+@pytest.mark.slow
 def test_an_unconverged_optimum_has_nan_derivatives():
     problem = lambda g: _problem(g, 100.0)  # noqa: E731
     solver = s2.control.ILQR(max_steps=1)

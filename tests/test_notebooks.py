@@ -6,6 +6,7 @@ so the kernel does not see tests/conftest.py's promotion settings. Nothing is wr
 notebooks.
 """
 
+import os
 import pathlib
 import time
 
@@ -41,8 +42,12 @@ def test_notebook_runs(path):
         kernel_name="python3",  # jupyter_client starts it with sys.executable, this interpreter
         resources={"metadata": {"path": str(path.parent)}},
     )
+    # The kernel runs at XLA's default optimisation level, as a reader's does: conftest's level 0
+    # halves compile times but slows the notebooks' long fits (parameter_identification: 190 s
+    # at level 0, against the time measured below with it).
+    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "")
     try:
-        client.execute()
+        client.execute(env={**os.environ, "XLA_FLAGS": flags})
     except nbclient.exceptions.CellTimeoutError:
         pytest.fail(f"{path.name} did not finish within {TIME_LIMIT_S} s")
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
