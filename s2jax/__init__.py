@@ -68,6 +68,7 @@ from ._jit import compiler_options as compiler_options, configure_xla_flags as _
 from ._newton import NewtonSettings as NewtonSettings
 from ._results import RESULTS as RESULTS
 from ._simulate import Solution as Solution, simulate as simulate
+from ._stepper import Stepper as Stepper
 from ._system import (
     AbstractSystem as AbstractSystem,
     LagrangianSystem as LagrangianSystem,

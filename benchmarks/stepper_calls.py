@@ -1,0 +1,142 @@
+"""What one step costs when called from Python (issue 32, item 2).
+
+    python benchmarks/stepper_calls.py [--quick] [--repeats 7]
+
+The double spherical pendulum of 002 Example 1 (paper params and state, h = 0.01), stepped one
+state at a time in a Python loop, the state fed back:
+
+- `Stepper`: `s2.Stepper(...)`, one compiled step per call (`s2jax/_stepper.py`);
+- `simulate, jitted by the user`: `jax.jit` of `s2.simulate(..., num_steps=1)` over (q, ω);
+- `simulate, eager`: `s2.simulate(..., num_steps=1)` as a plain call (its checks and plan each time);
+- `compiled step inside one program`: a 1000-step `simulate` in one call, per step: the work a
+  call cannot avoid;
+- `mujoco.mj_step`: MuJoCo's own step from Python on a double pendulum of two ball joints with
+  the same masses and lengths (Euler, its default, the cheapest it has), `MjData` reused.
+
+Each run times a loop of calls (1000; 20 for the eager simulate), each reading its state back
+to the host (`np.asarray(q)`, as a loop that acts on the state must), per call; medians of
+`--repeats` runs, the contenders interleaved round-robin. Results: benchmarks/results/
+stepper_calls.json with the machine and the load before and after.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import jit, write  # noqa: E402
+
+import s2jax as s2  # noqa: E402
+
+model = s2.models.double_spherical_pendulum
+DT = 0.01
+
+_MJCF = """
+<mujoco>
+  <option timestep="{dt}" gravity="0 0 -9.81"/>
+  <worldbody>
+    <body pos="0 0 0">
+      <joint type="ball"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -{l}" size="0.01" mass="0"/>
+      <geom type="sphere" pos="0 0 -{l}" size="0.05" mass="1"/>
+      <body pos="0 0 -{l}">
+        <joint type="ball"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -{l}" size="0.01" mass="0"/>
+        <geom type="sphere" pos="0 0 -{l}" size="0.05" mass="1"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def contenders(calls: int) -> dict:
+    """name → (a function running one loop of calls, the number of calls)."""
+    params = model.paper_params()
+    q0, omega0 = (jnp.asarray(x) for x in model.paper_state())
+    stepper = s2.Stepper(model.lagrangian, q0, omega0, params, dt=DT)
+    jitted = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1)))
+    whole = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=calls)))
+
+    def loop(step, count):
+        def run():
+            q, w = q0, omega0
+            for _ in range(count):
+                q, w = step(q, w)
+                observed = np.asarray(q)  # read each state back, as a loop that acts on it does
+            return observed
+
+        return run, count
+
+    found = {
+        "Stepper": loop(stepper, calls),
+        "simulate, jitted by the user": loop(jitted, calls),
+        "simulate, eager": loop(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1)), 20),
+        "compiled step inside one program": (lambda: jax.block_until_ready(whole(q0, omega0)), calls),
+    }
+    try:
+        import mujoco
+    except ImportError:
+        return found
+    mj_model = mujoco.MjModel.from_xml_string(_MJCF.format(dt=DT, l=params["l1"]))
+    mj_data = mujoco.MjData(mj_model)
+    mj_data.qvel[:] = np.random.default_rng(0).normal(size=mj_model.nv)
+
+    def mujoco_loop():
+        for _ in range(calls):
+            mujoco.mj_step(mj_model, mj_data)
+        return mj_data.qpos.copy()
+
+    found[f"mujoco.mj_step (MuJoCo {mujoco.__version__})"] = (mujoco_loop, calls)
+    return found
+
+
+def _last(solution):
+    return solution.q[-1], solution.omega[-1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 calls, 2 repeats: check that it runs")
+    parser.add_argument("--repeats", type=int, default=7)
+    options = parser.parse_args()
+    calls, repeats = (100, 2) if options.quick else (1000, options.repeats)
+    found = contenders(calls)
+    for run, _ in found.values():
+        run()  # compile
+    load_before = os.getloadavg()
+    times = {name: [] for name in found}
+    for _ in range(repeats):
+        for name, (run, count) in found.items():
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) / count)
+    load_after = os.getloadavg()
+    per_call = {name: statistics.median(ts) for name, ts in times.items()}
+    for name, seconds in per_call.items():
+        print(f"{name:45s} {seconds * 1e6:10.1f} µs per call")
+    path = write(
+        "stepper_calls",
+        {
+            "command": "python benchmarks/stepper_calls.py" + (" --quick" if options.quick else ""),
+            "model": "double_spherical_pendulum, paper params and state, h = 0.01",
+            "calls_per_run": calls,
+            "repeats": repeats,
+            "load_before": load_before,
+            "load_after": load_after,
+            "median_seconds_per_call": per_call,
+            "seconds_per_call": times,
+        },
+        quick=options.quick,
+    )
+    print(f"written: {path}")
+
+
+if __name__ == "__main__":
+    main()
