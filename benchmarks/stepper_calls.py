@@ -64,6 +64,9 @@ def contenders(calls: int) -> dict:
     jitted = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1)))
     whole = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=calls)))
 
+    def eager(q, w):
+        return _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1))
+
     def loop(step, count):
         def run():
             q, w = q0, omega0
@@ -77,7 +80,7 @@ def contenders(calls: int) -> dict:
     found = {
         "Stepper": loop(stepper, calls),
         "simulate, jitted by the user": loop(jitted, calls),
-        "simulate, eager": loop(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1)), 20),
+        "simulate, eager": loop(eager, 20),
         "compiled step inside one program": (lambda: jax.block_until_ready(whole(q0, omega0)), calls),
     }
     try:

@@ -5,11 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import s2jax as s2
 
 _RUN = """
 import json, jax
 jax.config.update("jax_enable_x64", True)
+import pytest
+
 import s2jax as s2
 from s2jax.models import double_spherical_pendulum as model
 hits = []
@@ -25,6 +29,7 @@ def _run(environment):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     environment = {**os.environ, "S2JAX_CACHE_DIR": str(tmp_path / "cache")}
     environment.pop("JAX_COMPILATION_CACHE_DIR", None)

@@ -109,6 +109,7 @@ def test_a_batch_of_solves_under_vmap_equals_the_single_solves():
         np.testing.assert_allclose(batch.controls[i], single.controls, rtol=0, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_progress_reports_each_round_and_changes_nothing(capfd):
     """With a terminal constraint the augmented Lagrangian runs several rounds; progress prints
     one line per round, the last with the returned violation, and the answer is the same."""

@@ -13,6 +13,7 @@ from s2jax.models import spherical_pendulum as pendulum
 PARAMS = {"m": 1.0, "r": 1.0, "g": 9.81}
 
 
+@pytest.mark.slow
 def test_ilqr_converges_at_once_at_a_zero_cost_optimum():
     """Upright at rest with the swing-up's terminal constraint (upright at rest) and a tiny bound:
     u = 0 holds the equilibrium, cost 0 and violation 0, an optimum no step can improve on. iLQR
@@ -41,6 +42,7 @@ def _unreachable():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", [s2.control.ILQR(), s2.control.SingleShooting()], ids=["ilqr", "single"])
 def test_an_unreachable_target_stops_after_a_round_without_progress(solver):
     """The violation stays at 0.6 whatever ρ does: `solve` stops after the first round that lowers

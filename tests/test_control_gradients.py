@@ -35,7 +35,8 @@ def _problem(g, weight, bound=None, constrained=False):
 def _outputs(x, **options):
     """(J*, Σ WEIGHTS·u*) as functions of x = (g, the terminal weight, the bound, a scale of q0's tilt)."""
     angle = x[3]  # q0 is Q0 rotated by x[3] about e₁
-    rotation = jnp.array([[1.0, 0.0, 0.0], [0.0, jnp.cos(angle), -jnp.sin(angle)], [0.0, jnp.sin(angle), jnp.cos(angle)]])
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    rotation = jnp.array([[1.0, 0.0, 0.0], [0.0, cos, -sin], [0.0, sin, cos]])
     q0 = Q0 @ rotation.T
     bound = x[2] if options.pop("bounded", False) else None
     # The constraint met to 1e-10, not the default 1e-6: a difference quotient of re-solves sees it / ε.

@@ -180,6 +180,7 @@ def test_general_vi_reproduces_the_2_2_vi(name):
     np.testing.assert_allclose(general.omega, special.omega, rtol=0, atol=1e-11 * scale)
 
 
+@pytest.mark.slow
 def test_continuous_equations_and_legendre_maps_match_the_2_2_system():
     params = {k: jnp.asarray(v) for k, v in dsp.paper_params().items()}
     q, omega = s2.random_state(jax.random.PRNGKey(3), 2)
@@ -197,6 +198,7 @@ def test_continuous_equations_and_legendre_maps_match_the_2_2_system():
     np.testing.assert_allclose(general.inertia(q, args), dsp.inertia_matrix(params), rtol=1e-14)
 
 
+@pytest.mark.slow
 def test_continuous_equations_of_the_ellipsoid_pendulum_match_the_coordinate_reference():
     """ω̇ of 001 (11) by autodiff against ẍ of the chart: q̈ = ω̇ × q + ω × q̇ mapped back."""
     params = {k: jnp.asarray(v) for k, v in ellipsoid.paper_params().items()}
@@ -265,6 +267,7 @@ def _skewed(q, qdot, p):
     )
 
 
+@pytest.mark.slow
 def test_dispatch_picks_the_integrator_and_says_so():
     options = dict(dt=0.01, num_steps=4)
     assert s2.simulate(dsp.lagrangian, Q0, OMEGA0, dsp.paper_params(), **options).integrator == "VariationalIntegrator"

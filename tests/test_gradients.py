@@ -333,6 +333,7 @@ def test_stepwise_adjoint_stores_states_not_intermediates():
     assert 4 * stepwise < direct, (stepwise, direct)
 
 
+@pytest.mark.slow
 def test_stepwise_adjoint_with_damping_matches_finite_differences():
     """A force that depends on ω (which `ReversibleAdjoint` refuses): d loss/d(c, g, ω₀)."""
     q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())

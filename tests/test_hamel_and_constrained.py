@@ -388,6 +388,7 @@ def _regular_chain_state(n):
     return q0, s2.project_tangent(q0, jnp.asarray(spin))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3])
 def test_rattle_with_any_inertia_is_the_variational_integrator(n):
     """RATTLE with the full M and the VI of 002 (3.10)–(3.13) solve the same discrete
@@ -433,6 +434,7 @@ def test_rattle_with_any_inertia_is_the_variational_integrator(n):
             np.testing.assert_allclose(member, alone(scale), rtol=0, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_rattle_diagonal_closed_form_and_newton_agree():
     """With concrete params `simulate` knows M is diagonal (`inertia_structure="diagonal"`) and
     RATTLE takes 004's closed-form multipliers; with traced params it cannot, and Newton's
@@ -462,6 +464,7 @@ def test_rattle_diagonal_closed_form_and_newton_agree():
         s2.LagrangianSystem(model.lagrangian, inertia_structure="diagnoal")
 
 
+@pytest.mark.slow
 def test_rattle_linear_solves_against_numpy():
     """RATTLE's n × n solves (`_solve_small`: written out for n ≤ 2, unpivoted elimination
     unrolled up to 8 bodies, LU beyond) on matrices of its form R ∘ (x_i·x_j), R = W diag(W)⁻¹,

@@ -125,6 +125,7 @@ def _monopole_reference(q0, qdot0, params, times):
     return solution.y[:3].T
 
 
+@pytest.mark.slow
 def test_rattle_second_order_against_scipy():
     params, q0, omega0 = _model(monopole_particle)
     system = HamiltonianSystem(monopole_hamiltonian)
@@ -166,6 +167,7 @@ def test_energy_bounded_and_symmetry_momentum_conserved():
     assert float(jnp.max(jnp.abs(jnp.sum(qs * ps, axis=-1)))) < 1e-13
 
 
+@pytest.mark.slow
 def test_same_trajectory_as_the_general_variational_integrator():
     """Both methods are of order 2: their difference shrinks ×4 when h halves, energies agree to O(h²)."""
     params, q0, omega0 = _model(rotating_spherical_pendulum)
@@ -208,6 +210,7 @@ def test_step_is_symmetric():
     np.testing.assert_allclose(mu, mu0, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_runge_kutta_on_the_hamiltonian_system_matches_the_lagrangian():
     """The chain-rule ω̇ lets RungeKutta4 run a HamiltonianSystem: same steps as on the Lagrangian."""
     params, q0, omega0 = _model(rotating_spherical_pendulum)
@@ -233,6 +236,7 @@ def test_runge_kutta_on_the_hamiltonian_system_matches_the_lagrangian():
     assert float(jnp.max(jnp.abs(rattle.q - lagrangian.q))) < 1e-3
 
 
+@pytest.mark.slow
 def test_gradient_matches_finite_differences():
     params, q0, omega0 = _model(rotating_spherical_pendulum)
     system = HamiltonianSystem(rotating_hamiltonian)
@@ -250,6 +254,7 @@ def test_gradient_matches_finite_differences():
     np.testing.assert_allclose(gradient, finite, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_monopole_poincare_vector():
     """J = q × m q̇ − e g q (conserved by the flow): J₃ exact (rotations about e₃ leave H and
     the constraints invariant), J₁, J₂ to O(h²) (their rotations move the Dirac string of A)."""
@@ -273,6 +278,7 @@ def test_monopole_poincare_vector():
     assert 3.5 < errors[0] / errors[1] < 4.5, errors
 
 
+@pytest.mark.slow
 def test_forced_rattle_second_order():
     """A constant force on the rotating pendulum: RATTLE against RK4 on the Lagrangian at h = 1e-3."""
     params, q0, omega0 = _model(rotating_spherical_pendulum)

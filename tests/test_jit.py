@@ -35,6 +35,7 @@ def test_simulate_runs_the_same_eagerly_and_inside_transformations():
         np.testing.assert_allclose(other, eager, rtol=0, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_gradients_eager_and_jitted_agree():
     params = {k: jnp.asarray(v) for k, v in model.paper_params().items()}
 

@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import s2jax as s2
 from s2jax.models import spherical_pendulum as pendulum
@@ -49,6 +50,7 @@ def _assert_failed_at(closed, code, step):
     )
 
 
+@pytest.mark.slow
 def test_a_plant_whose_force_is_nan_is_not_successful():
     force = s2.forces.PivotTorque(0) + s2.Force(_nan_after, depends_on_velocity=False)
     closed = _closed_loop(_problem(force))
@@ -69,6 +71,7 @@ def test_a_plant_whose_force_is_nan_is_not_successful():
     np.testing.assert_allclose(closed.q, alone.q, rtol=0, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_a_plant_step_too_large_is_not_successful():
     """A plant step of 2 s has |a| = h|ω| = 2 > 1 in (3.17) of the explicit VI: no rotation
     solves it, the first plant step fails and the state stays the initial one."""
@@ -77,6 +80,7 @@ def test_a_plant_step_too_large_is_not_successful():
     np.testing.assert_array_equal(closed.q[0], Q0)
 
 
+@pytest.mark.slow
 def test_a_successful_plant_reports_no_failure():
     closed = _closed_loop(_problem())
     assert closed.result == s2.RESULTS.successful and int(closed.failed_step) == -1

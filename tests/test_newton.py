@@ -34,6 +34,7 @@ def _in_scan(fn):
     return lambda theta: lax.scan(lambda carry, _: (fn(carry * theta), None), jnp.asarray(1.0), None, length=1)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["jacfwd", "jacobian_solve", "chord"])
 @pytest.mark.parametrize("scanned", [False, True])
 def test_first_and_second_derivatives_of_the_root(path, scanned):

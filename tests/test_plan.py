@@ -216,9 +216,8 @@ def test_a_model_declares_the_structure_of_its_inertia():
 
     # the same run either way: the declaration changes what is known, not the step
     run = dict(dt=0.01, num_steps=20)
-    np.testing.assert_array_equal(
-        s2.simulate(nbody.system(), q0, omega0, params, **run).q, s2.simulate(nbody.lagrangian, q0, omega0, params, **run).q
-    )
+    declared = s2.simulate(nbody.system(), q0, omega0, params, **run).q
+    np.testing.assert_array_equal(declared, s2.simulate(nbody.lagrangian, q0, omega0, params, **run).q)
 
     # a wrong declaration: refused before compiling with concrete params, a result code when traced
     wrong = s2.LagrangianSystem(dsp.lagrangian, inertia_structure="diagonal")

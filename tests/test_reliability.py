@@ -88,6 +88,7 @@ def test_eager_and_traced_diagnoses_of_a_tiny_length_agree():
     assert [int(c) for c in batch.result._value] == [s2.RESULTS.successful._value, NOT_DEFINITE._value]
 
 
+@pytest.mark.slow
 def test_a_general_system_has_its_inertia_checked_where_it_starts():
     system = s2.GeneralLagrangianSystem(dsp.lagrangian)
     bad = dict(PARAMS, m2=-1.0)

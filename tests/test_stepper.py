@@ -32,7 +32,9 @@ def test_a_controlled_loop_follows_simulate_with_the_same_controls():
     controls = jnp.stack([jnp.array([np.sin(0.3 * k), 0.5, 0.0]) for k in range(20)])
     force = s2.forces.PivotTorque(0)
     stepper = s2.Stepper(pendulum.lagrangian, q0, omega0, params, dt=0.02, force=force, u0=controls[0])
-    reference = s2.simulate(pendulum.lagrangian, q0, omega0, params, dt=0.02, num_steps=20, force=force, controls=controls)
+    reference = s2.simulate(
+        pendulum.lagrangian, q0, omega0, params, dt=0.02, num_steps=20, force=force, controls=controls
+    )
     q, omega = q0, omega0
     for k in range(20):
         q, omega = stepper(q, omega, controls[k], t=0.02 * k)
@@ -42,7 +44,8 @@ def test_a_controlled_loop_follows_simulate_with_the_same_controls():
 
 def test_a_stepper_refuses_what_cannot_be_stepped():
     stepper = s2.Stepper(dsp.lagrangian, Q0, OMEGA0, PARAMS, dt=0.01)
-    with pytest.raises(s2.SimulationError, match=r"Stepper \(VariationalIntegrator\), the step from t = 0.0: the initial state"):
+    message = r"Stepper \(VariationalIntegrator\), the step from t = 0.0: the initial state"
+    with pytest.raises(s2.SimulationError, match=message):
         stepper(2.0 * Q0, OMEGA0)  # |q_i| = 2: checked in the compiled step
     with pytest.raises(ValueError, match="chooses its own steps"):
         s2.Stepper(dsp.lagrangian, Q0, OMEGA0, PARAMS, dt=0.01, integrator=s2.AdaptiveRungeKutta45())

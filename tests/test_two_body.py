@@ -76,6 +76,7 @@ def test_two_body_newton_solves_the_cayley_equation(seed):
     np.testing.assert_allclose(f.reshape(-1), reference.x, rtol=0, atol=1e-13 * (1 + np.max(np.abs(reference.x))))
 
 
+@pytest.mark.slow
 def test_two_body_newton_derivatives_match_finite_differences():
     """Forward and reverse mode through the root (implicit function theorem with the closed-form
     Jacobian) against central differences, in the coupling M₁₂, the direction of body 2 and the

@@ -122,12 +122,16 @@ def test_arguments_of_the_wrong_kind_are_named(change, match):
 
 
 _MISSING_G = {k: v for k, v in dsp.paper_params().items() if k != "g"}
+def _two_steps(model, p):
+    return s2.simulate(model, Q0, OMEGA0, p, dt=0.01, num_steps=2)
+
+
 _RUNS_WITHOUT_G = {
-    "eager": lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2),
+    "eager": lambda p: _two_steps(dsp.lagrangian, p),
     # Traced params: the model is first called inside the computation (it raised KeyError: 'g').
-    "jit": lambda p: jax.jit(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2).q)(p),
-    "grad": lambda p: jax.grad(lambda p: s2.simulate(dsp.lagrangian, Q0, OMEGA0, p, dt=0.01, num_steps=2).q[-1, 0, 0])(p),
-    "general system": lambda p: s2.simulate(s2.GeneralLagrangianSystem(dsp.lagrangian), Q0, OMEGA0, p, dt=0.01, num_steps=2),
+    "jit": lambda p: jax.jit(lambda p: _two_steps(dsp.lagrangian, p).q)(p),
+    "grad": lambda p: jax.grad(lambda p: _two_steps(dsp.lagrangian, p).q[-1, 0, 0])(p),
+    "general system": lambda p: _two_steps(s2.GeneralLagrangianSystem(dsp.lagrangian), p),
     "batch": lambda p: s2.simulate_batch(dsp.lagrangian, Q0[None], OMEGA0[None], p, dt=0.01, num_steps=2),
 }
 
@@ -228,6 +232,7 @@ def test_a_step_too_large_is_explained_by_the_integrators_own_condition(integrat
         jax.block_until_ready(run(jnp.asarray(q0)))
 
 
+@pytest.mark.slow
 def test_traced_params_with_static_leaves_run():
     """The abstract evaluation that names a missing key (above) leaves the static leaves of params
     as they are: the coupled pendula read their `connections` (a tuple of index pairs) with numpy,
@@ -235,7 +240,9 @@ def test_traced_params_with_static_leaves_run():
     model = s2.models.coupled_spherical_pendula
     params = model.paper_params()
     q0, omega0 = model.paper_state()
-    run = jax.jit(lambda k: s2.simulate(model.lagrangian, q0, omega0, dict(params, spring_constants=k), dt=1e-3, num_steps=5))
+    run = jax.jit(
+        lambda k: s2.simulate(model.lagrangian, q0, omega0, dict(params, spring_constants=k), dt=1e-3, num_steps=5)
+    )
     traced = run(jnp.asarray(params["spring_constants"]))
     eager = s2.simulate(model.lagrangian, q0, omega0, params, dt=1e-3, num_steps=5)
     assert traced.result == s2.RESULTS.successful

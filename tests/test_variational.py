@@ -182,6 +182,7 @@ def test_explicit_step_has_no_rounding_bias_in_unit_length():
     assert float(jnp.max(s2.unit_length_error(sol.q))) < 10 * 2.2e-16 * 1e3
 
 
+@pytest.mark.slow
 def test_cayley_jacobian_matches_jacfwd():
     """The closed-form Jacobian of (3.16) equals `jax.jacfwd` of the residual, at f far from 0."""
     for n, seed in ((1, 0), (2, 1), (5, 2)):
@@ -382,6 +383,7 @@ def test_two_newton_iterations_per_step_on_the_double_pendulum(integrator):
     np.testing.assert_array_equal(two.omega, default.omega)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "integrator",
     [
