@@ -155,8 +155,8 @@ def _raise_if_failed(codes):
         hint = ""
         if code == RESULTS.optimisation_not_converged._value:
             hint = (
-                " (or stopped early: an augmented-Lagrangian round lowered neither the constraint violation nor "
-                "the cost, so the terminal constraint looks unreachable, e.g. bounds too tight or horizon too short)"
+                "; stopped early, it means the terminal constraint looks unreachable from there (bounds too "
+                "tight or horizon too short?)"
             )
         raise SimulationError(
             f"s2jax.control.solve{where}: {RESULTS._index_to_message[code]}{hint}. Pass throw=False to "
