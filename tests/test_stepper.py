@@ -55,3 +55,24 @@ def test_a_stepper_refuses_what_cannot_be_stepped():
         s2.Stepper(dsp.lagrangian, Q0, OMEGA0, PARAMS, dt=0.01, force=s2.forces.PivotTorque(0))  # no u0
     with pytest.raises(ValueError, match="built from concrete values"):
         jax.jit(lambda g: s2.Stepper(dsp.lagrangian, Q0, OMEGA0, dict(PARAMS, g=g), dt=0.01).dt)(9.81)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["general", "hamiltonian"])
+def test_every_system_kind_steps_as_simulate_does(kind):
+    """A general L (the rotating pendulum: GeneralVariationalIntegrator) and a HamiltonianSystem
+    (HamiltonianRattle) take the plan `simulate` makes for them, step for step."""
+    if kind == "general":
+        rotating = s2.models.rotating_spherical_pendulum
+        model, params = rotating.lagrangian, rotating.paper_params()
+        q0, omega0 = (jnp.asarray(x) for x in rotating.paper_state())
+    else:
+        model, params, q0, omega0 = s2.HamiltonianSystem(s2.legendre_transform(dsp.lagrangian)), PARAMS, Q0, OMEGA0
+    stepper = s2.Stepper(model, q0, omega0, params, dt=0.01)
+    reference = s2.simulate(model, q0, omega0, params, dt=0.01, num_steps=10)
+    assert type(stepper.integrator).__name__ == reference.integrator
+    q, omega = q0, omega0
+    for _ in range(10):
+        q, omega = stepper(q, omega)
+    np.testing.assert_allclose(q, reference.q[-1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(omega, reference.omega[-1], rtol=0, atol=1e-12)
