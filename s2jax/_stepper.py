@@ -105,15 +105,22 @@ class Stepper:
         return f"Stepper({type(self.system).__name__}, {type(self.integrator).__name__}, dt={float(self.dt)})"
 
 
+def step_once(system, integrator, t, dt, q, omega, u, params):
+    """`((q_next, ω_next), result)`: one step of `integrator` from (q, ω) at t with u held (None:
+    no control), its state initialised afresh (which changes only Newton's starting point)."""
+    args = system.prepare(q, params)
+    if u is not None:
+        args = dataclasses.replace(args, control=u)
+    state = integrator.init(system, t, (q, omega), args)
+    y, _, result = integrator.step(system, t, dt, (q, omega), args, state)
+    return y, result
+
+
 def _one_step(system, integrator, q, omega, u, t, *, dt, params):
     """One step of `integrator` from (q, ω) at t with u held, and its code (the state's rules first)."""
     q, omega = jnp.asarray(q, dt.dtype), jnp.asarray(omega, dt.dtype)
-    t = jnp.asarray(t, dt.dtype)
-    args = system.prepare(q, params)
-    if u is not None:
-        args = dataclasses.replace(args, control=jnp.asarray(u, dt.dtype))
-    state = integrator.init(system, t, (q, omega), args)
-    (q1, omega1), _, result = integrator.step(system, t, dt, (q, omega), args, state)
+    u = None if u is None else jnp.asarray(u, dt.dtype)
+    (q1, omega1), result = step_once(system, integrator, jnp.asarray(t, dt.dtype), dt, q, omega, u, params)
     valid = initial_state_is_valid(q, omega, dt)
     result = RESULTS.where(valid, result, RESULTS.invalid_initial_state)
     return q1, omega1, result._value

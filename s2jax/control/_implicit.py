@@ -129,10 +129,10 @@ def _kkt_residual(z, theta, shape, active, at_upper) -> Float[Array, " d"]:
 
     def lagrangian(u):
         cost, constraint = _cost_and_constraint(u, theta)
-        return cost + jnp.dot(multipliers, constraint)
+        return cost + jnp.dot(multipliers, constraint), constraint
 
-    stationarity = jax.grad(lagrangian)(controls)
+    stationarity, constraint = jax.grad(lagrangian, has_aux=True)(controls)
     if problem.bounded:
         lower, upper = problem.bounds(shape)
         stationarity = jnp.where(active, controls - jnp.where(at_upper, upper, lower), stationarity)
-    return jnp.concatenate([stationarity.ravel(), _cost_and_constraint(controls, theta)[1]])
+    return jnp.concatenate([stationarity.ravel(), constraint])

@@ -25,6 +25,7 @@ from .._plan import Plan, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate
 from .._solution import Solution
+from .._stepper import step_once
 from .._summary import solution_repr
 from .._system import AbstractSystem
 from .._validation import trace_floats
@@ -123,11 +124,8 @@ class Problem(eqx.Module):
         afresh, which changes only Newton's starting point, not the solution).
         """
         the_plan = self.plan(q, omega)
-        system, integrator = the_plan.system, the_plan.integrator
-        args = dataclasses.replace(system.prepare(q, self.params), control=u)
-        state = integrator.init(system, t, (q, omega), args)
-        y, _, result = integrator.step(system, t, jnp.asarray(self.dt, q.dtype), (q, omega), args, state)
-        return y, result
+        dt = jnp.asarray(self.dt, q.dtype)
+        return step_once(the_plan.system, the_plan.integrator, t, dt, q, omega, u, self.params)
 
     def running(self, t, q, omega, controls) -> Float[Array, ""]:
         """Σ_k h ℓ(t_k, q_k, ω_k, u_k) over states 0 … N − 1."""
