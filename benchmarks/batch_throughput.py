@@ -7,12 +7,17 @@ B random initial states of the double spherical pendulum (`s2.random_state`, pap
 over the batch split across all devices (one `shard_map` slice per device, `vmap` inside):
 
 - `VariationalIntegrator` through `s2.simulate_batch` (the default integrator);
-- `RungeKutta4` through `s2.simulate_batch`;
+- `Rattle` and `RungeKutta4` through `s2.simulate_batch`;
+- on a GPU, also the VI with its Newton iterations fixed at three (`unrolled=3`,
+  `NewtonSettings(max_steps=3)`: no convergence loop inside the step, an experiment to measure
+  what that loop costs there; its final states are compared with the default VI's, and a member
+  not converged in three iterations would fail the run);
 - a hand-written RK4 on (2.9)–(2.10) in `lax.scan` whose 2-body solve for ω̇ is written in
   closed form (below), the fastest fair form of the baseline; its field is checked against
   `LagrangianSystem.angular_acceleration` before it is timed.
 
-Throughput is B · num_steps / (median wall time of 5 runs after a compiling run). float64.
+Throughput is B · num_steps / (median wall time of 5 runs after a compiling run, whose time,
+compilation included, is `first_call_s`). float64.
 On CPU: B = 1024, 1000 steps, with 1 and 2 host devices (each count in a subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count, since it is fixed when jax starts); results
 in benchmarks/results/batch_throughput_cpu.json. On a GPU: B = 10³ … 10⁶ (as memory allows),
@@ -26,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import jax
 
@@ -115,12 +121,33 @@ def check_closed_form(params):
     return worst
 
 
-def measure(batch_size, num_steps):
-    """The three methods on one batch: {method: {"seconds", "times", "msteps_per_s"}}."""
+def _methods(fixed_iterations):
+    methods = {
+        "VariationalIntegrator": s2.VariationalIntegrator(),
+        "Rattle": s2.Rattle(),
+        "RungeKutta4": s2.RungeKutta4(),
+    }
+    if fixed_iterations:
+        methods["VI, 3 fixed Newton iterations"] = s2.VariationalIntegrator(
+            newton=s2.NewtonSettings(max_steps=3), unrolled=3
+        )
+    return methods
+
+
+def measure(batch_size, num_steps, fixed_iterations=False):
+    """The methods on one batch: {method: {"seconds", "times", "first_call_s", "msteps_per_s"}}."""
     params = jax.tree_util.tree_map(jnp.asarray, dsp.paper_params())
     q0, omega0 = jax.vmap(lambda k: s2.random_state(k, 2))(jax.random.split(jax.random.PRNGKey(0), batch_size))
     rows, final_q = {}, {}
-    for name, integrator in (("VariationalIntegrator", s2.VariationalIntegrator()), ("RungeKutta4", s2.RungeKutta4())):
+
+    def timed(name, run):
+        start = time.perf_counter()
+        final_q[name] = jax.block_until_ready(run())
+        first = time.perf_counter() - start
+        seconds, times = median_time(run, REPEATS)
+        rows[name] = {"seconds": seconds, "times": times, "first_call_s": first}
+
+    for name, integrator in _methods(fixed_iterations).items():
 
         def run(integrator=integrator):
             return s2.simulate_batch(
@@ -128,18 +155,19 @@ def measure(batch_size, num_steps):
                 integrator=integrator,
             ).q[:, -1]
 
-        seconds, times = median_time(run, REPEATS)
-        rows[name] = {"seconds": seconds, "times": times}
-        final_q[name] = run()
+        timed(name, run)
     rk4 = sharded_hand_rk4(params, num_steps)
-    seconds, times = median_time(lambda: rk4(q0, omega0), REPEATS)
-    rows["hand-written RK4 (closed-form solve)"] = {"seconds": seconds, "times": times}
+    timed("hand-written RK4 (closed-form solve)", lambda: rk4(q0, omega0)[0])
     # the same method on the same field; RK4 leaves T(S²)ⁿ by O(h⁵) a step, and off it the two
     # forms of ω̇ (this closed form, and (2.11) solved by s2jax) differ, so the gap is not zero
-    gap = float(jnp.max(jnp.abs(rk4(q0, omega0)[0] - final_q["RungeKutta4"])))
+    hand, vi = final_q["hand-written RK4 (closed-form solve)"], final_q["VariationalIntegrator"]
+    gaps = {"max_q_gap_rungekutta4_vs_hand_rk4": hand - final_q["RungeKutta4"]}
+    if fixed_iterations:
+        gaps["max_q_gap_fixed_iterations_vs_vi"] = final_q["VI, 3 fixed Newton iterations"] - vi
     for row in rows.values():
         row["msteps_per_s"] = batch_size * num_steps / row["seconds"] / 1e6
-    return {"batch_size": batch_size, "num_steps": num_steps, "methods": rows, "max_q_gap_rungekutta4_vs_hand_rk4": gap}
+    gaps = {name: float(jnp.max(jnp.abs(gap))) for name, gap in gaps.items()}
+    return {"batch_size": batch_size, "num_steps": num_steps, "methods": rows, **gaps}
 
 
 def child(batch_sizes, num_steps):
@@ -188,7 +216,7 @@ def main():
         name = "batch_throughput_" + re.sub(r"[^a-z0-9]+", "_", jax.devices()[0].device_kind.lower()).strip("_")
         for batch_size in sizes:
             try:
-                runs.append(measure(batch_size, num_steps))
+                runs.append(measure(batch_size, num_steps, fixed_iterations=True))
             except Exception as error:  # noqa: BLE001 -- out of device memory ends the sweep, recorded
                 runs.append({"batch_size": batch_size, "num_steps": num_steps, "error": str(error)[:500]})
                 print(f"B = {batch_size}: {str(error)[:200]}", flush=True)

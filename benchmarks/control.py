@@ -8,8 +8,8 @@ A case is `problem/solver/dynamics`:
   5 for `chain`);
 - dynamics: `vi` (the variational integrator) or `tsit5` (single shooting only: one diffrax
   Tsit5 step of the continuous equations per step, the same optimiser);
-- `batch`: 64 swing-ups from random states near hanging at rest in one `jax.vmap`ped call,
-  against single solves of the same states.
+- `batch`: 64 swing-ups (`--batch-size`) from random states near hanging at rest in one
+  `jax.vmap`ped call, against single solves of the same states.
 
 Each case compiles, then times up to 5 solves (the median is reported), stopping early once
 `--budget` seconds are spent (the row says how many runs its median is of).
@@ -144,19 +144,29 @@ def batch_of_swing_ups(repeats, budget, size=64):
     def batch(qs, omegas):
         return jax.vmap(lambda q, w: s2.control.solve(problem, q, w, solver=solver, init=init, throw=False))(qs, omegas)
 
-    solutions, batch_times = _timed(lambda: batch(qs, omegas), repeats, budget)
-    # One solve is that of a member: the median over the first `repeats` members, each timed once.
+    # One solve is that of a member: the median over the first `repeats` members, each timed once
+    # (fewer once `budget` seconds are spent).
+    start = time.perf_counter()
     single = jax.block_until_ready(s2.control.solve(problem, qs[0], omegas[0], solver=solver, init=init, throw=False))
+    single_first = time.perf_counter() - start
     single_times, single_iterations = [], []
-    for i in range(repeats):
+    for i in range(min(repeats, size)):
+        if single_times and sum(single_times) >= budget:
+            break
         start = time.perf_counter()
         single = jax.block_until_ready(
             s2.control.solve(problem, qs[i], omegas[i], solver=solver, init=init, throw=False)
         )
         single_times.append(time.perf_counter() - start)
         single_iterations.append(int(single.num_iterations))
+    print(f"single solves: first call {single_first:.3g} s, then {single_times} s", flush=True)
+    start = time.perf_counter()
+    solutions, batch_times = _timed(lambda: batch(qs, omegas), repeats, budget)
+    batch_first = time.perf_counter() - start - sum(batch_times)
+    print(f"batch of {size}: first call {batch_first:.3g} s, then {batch_times} s", flush=True)
     row = {
-        "problem": "swing_up", "batch": size, "runs": len(batch_times),
+        "problem": "swing_up", "batch": size, "runs": len(batch_times), "device": jax.devices()[0].device_kind,
+        "batch_first_call_s": batch_first, "single_first_call_s": single_first,
         "batch_median_s": statistics.median(batch_times), "batch_times_s": batch_times,
         "single_median_s": statistics.median(single_times), "single_times_s": single_times,
         "single_iterations": single_iterations,
@@ -195,6 +205,7 @@ def main():
     parser.add_argument("--part", help="write results/control_parts/PART.json")
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=64, help="members of the 'batch' case")
     options = parser.parse_args()
     if options.merge:
         print(merge())
@@ -221,7 +232,7 @@ def main():
     record()
     for case in cases:
         if case == "batch":
-            payload["batch"] = batch_of_swing_ups(5, options.budget)
+            payload["batch"] = batch_of_swing_ups(5, options.budget, options.batch_size)
         else:
             payload["rows"].append(measure(case, 5, options.budget))
         record()
