@@ -19,7 +19,9 @@ def named_optimizer(name: str, learning_rate: float) -> optax.GradientTransforma
         return optax.lbfgs()
     if name == "adam":
         return optax.adam(learning_rate)
-    raise ValueError(f'optimizer must be "lbfgs", "adam" or an optax transformation; got {name!r}')
+    raise ValueError(
+        f'optimizer must be "levenberg_marquardt", "lbfgs", "adam" or an optax transformation; got {name!r}'
+    )
 
 
 @filter_jit

@@ -25,6 +25,7 @@ from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError
 from ._integrators import AbstractIntegrator
 from ._jit import filter_jit
+from ._least_squares import levenberg_marquardt
 from ._optimise import minimise, named_optimizer
 from ._plan import plan
 from ._shooting import MultipleShooting
@@ -116,6 +117,24 @@ def _linearise(problem, z):
         return jnp.concatenate([data.ravel(), jumps.ravel()]), (data, jumps, failed)
 
     return jax.jacfwd(residuals, has_aux=True)(flat)
+
+
+def _penalised_least_squares(problem, z, max_steps, rtol):
+    """`levenberg_marquardt` on `problem.loss` = |r|², r = (data/√N_d, √(w/N_j) jumps), from z."""
+    flat, unravel = ravel_pytree(z)
+    weight = float(problem.continuity_weight)
+
+    def linearise(x):
+        jacobian, (data, jumps, failed) = _linearise(problem, unravel(jnp.asarray(x)))
+        jump_scale = (weight / max(jumps.size, 1)) ** 0.5
+        scale = np.concatenate([np.full(data.size, data.size**-0.5), np.full(jumps.size, jump_scale)])
+        residuals = scale * np.concatenate([np.ravel(data), np.ravel(jumps)])
+        if bool(failed):
+            residuals = np.full_like(residuals, np.inf)
+        return residuals, scale[:, None] * np.asarray(jacobian)
+
+    x, history, converged = levenberg_marquardt(linearise, np.asarray(flat), max_steps=max_steps, rtol=rtol)
+    return unravel(jnp.asarray(x)), history, converged
 
 
 def _eliminate_starts(jacobian, independent, data, jumps):
@@ -225,7 +244,7 @@ def fit(
     omega0: Float[ArrayLike, "n 3"],
     free: Sequence[str],
     segments: int = 1,
-    optimizer: str | optax.GradientTransformation = "lbfgs",
+    optimizer: str | optax.GradientTransformation = "levenberg_marquardt",
     learning_rate: float = 1e-2,
     num_iterations: int = 300,
     tolerance: float = 1e-10,
@@ -269,10 +288,13 @@ def fit(
       `fit_initial_state`).
     - `free`: the keys of `params` to fit.
     - `segments`: the number S of shooting segments; 1 is single shooting.
-    - `optimizer`: `"lbfgs"` (`optax.lbfgs()`), `"adam"` (`optax.adam(learning_rate)`), or an
-      optax transformation.
+    - `optimizer`: `"levenberg_marquardt"` (the default: `_least_squares.levenberg_marquardt` on
+      the residuals, with the Jacobian the refinement uses, so one program is compiled for both),
+      `"lbfgs"` (`optax.lbfgs()`), `"adam"` (`optax.adam(learning_rate)`), or an optax
+      transformation.
     - `learning_rate`: for `"adam"`.
-    - `num_iterations`: the most optimiser steps for each continuity weight.
+    - `num_iterations`: the most optimiser steps for each continuity weight (for Levenberg–
+      Marquardt, the most trial steps, accepted or not).
     - `tolerance`: stop the optimiser once a step changes the loss by at most `tolerance` ×
       loss, and the refinement once a step moves no unknown by more than `tolerance`.
     - `continuity_weights`: w, or an increasing sequence of them (ignored for S = 1).
@@ -352,7 +374,7 @@ def fit(
         else:
             needed = "to determine them and estimate the noise σ from the residuals (or give noise_std)"
         raise ValueError(f"too few observations: {observations.size} numbers for {unknowns}; more are needed {needed}")
-    if isinstance(optimizer, str):
+    if isinstance(optimizer, str) and optimizer != "levenberg_marquardt":
         optimizer = named_optimizer(optimizer, _positive(learning_rate, "learning_rate"))
     lengths = np.linalg.norm(observations, axis=-1)
     if np.any(np.abs(lengths - 1.0) > 0.5):
@@ -396,7 +418,10 @@ def fit(
     history = []
     for weight in weights:
         problem = eqx.tree_at(lambda p: p.continuity_weight, problem, jnp.asarray(weight))
-        z, stage, converged = minimise(problem.loss, z, optimizer, num_iterations, tolerance)
+        if optimizer == "levenberg_marquardt":
+            z, stage, converged = _penalised_least_squares(problem, z, num_iterations, tolerance)
+        else:
+            z, stage, converged = minimise(problem.loss, z, optimizer, num_iterations, tolerance)
         history += stage
 
     # Flattened z is (log θ, a, b), a and b the chart coordinates of shape (S or S − 1, n, 2).

@@ -1,7 +1,8 @@
 """Tests of `s2jax.fit.fit`: recovery of known parameters, uncertainty, multiple shooting, checks.
 
 Every fit here has the same shapes (3 s of the double spherical pendulum, 2 segments), so the
-L-BFGS iteration, the Adam iteration and the Jacobian are each compiled once for the module.
+Jacobian (all that the default Levenberg–Marquardt fit compiles), the L-BFGS iteration and the
+Adam iteration are each compiled once for the module.
 """
 
 import warnings
@@ -52,14 +53,16 @@ def test_recovers_parameters_from_noise_free_data(noise_free_fit):
     assert noise_free_fit.loss_history[-1] < 1e-6 * noise_free_fit.loss_history[0]
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "lbfgs"])
+@pytest.mark.parametrize("optimizer", ["levenberg_marquardt", "adam", "lbfgs"])
 @pytest.mark.slow
 def test_optimizer_alone_recovers_parameters_from_noise_free_data(trajectory, optimizer):
     observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
     result = _fit(
         trajectory, observations, optimizer=optimizer, num_iterations=60, refinement_steps=0
     )
-    assert result.loss_history.size <= 3 * 60 + 1  # three continuity weights, plus the end
+    # three continuity weights of at most 60 iterates each (Levenberg–Marquardt also records
+    # each weight's starting loss), plus the end
+    assert result.loss_history.size <= 3 * (60 + 1) + 1
     for key in FREE:
         assert abs(float(result.params[key]) / TRUTH[key] - 1) < 5e-3, key
 
@@ -117,7 +120,7 @@ def test_multiple_shooting_joins_segments_and_marginalises_their_starts(trajecto
         (dict(params=dict(GUESS, l2=-1.0)), r"free parameter 'l2' must be finite and positive"),
         (dict(bodies=[2]), r"bodies must be distinct indices of the 2 bodies of q0; got \(2,\)"),
         (dict(segments=400), r"400 segments need ≥ 400 steps to times\[-1\]: 300"),
-        (dict(optimizer="sgd"), r'optimizer must be "lbfgs", "adam"'),
+        (dict(optimizer="sgd"), r'optimizer must be "levenberg_marquardt", "lbfgs", "adam"'),
     ],
 )
 def test_rejects_bad_input(trajectory, change, message):
