@@ -19,6 +19,7 @@ def levenberg_marquardt(
     *,
     max_steps: int,
     rtol: float,
+    on_value: Callable[[float], None] = lambda value: None,
 ) -> tuple[np.ndarray, list[float], bool]:
     """Minimise |r(x)|² from x by Levenberg–Marquardt steps.
 
@@ -36,6 +37,8 @@ def levenberg_marquardt(
     by more than `rtol` (1 + max|x|), or once λ grows past 10¹⁶ max D (no step lowers the loss:
     x is a minimum to round-off).
 
+    `on_value` is called with the loss at x and at each accepted iterate (`fit`'s progress).
+
     **Returns:** `(x, history, converged)`: the last accepted x, the loss at x and at each
     accepted iterate, and whether a stopping test (not `max_steps`) ended the iterations.
     """
@@ -44,6 +47,7 @@ def levenberg_marquardt(
     if not np.isfinite(value):
         raise ValueError("the residuals at the starting point are not finite")
     history = [value]
+    on_value(value)
     normal, gradient = jacobian.T @ jacobian, jacobian.T @ residuals
     scale = np.diag(normal).copy()
     largest = max(float(np.max(scale)), np.finfo(float).tiny)
@@ -66,6 +70,7 @@ def levenberg_marquardt(
             decrease = value - new_value
             value = new_value
             history.append(value)
+            on_value(value)
             damping *= max(1.0 / 3.0, 1.0 - (2.0 * ratio - 1.0) ** 3)
             growth = 2.0
             if decrease <= rtol * value or np.max(np.abs(step)) <= rtol * (1.0 + np.max(np.abs(x))):

@@ -47,10 +47,13 @@ def strongly_typed(tree):
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)
 
 
-def minimise(loss, z, optimizer: optax.GradientTransformation, num_iterations: int, tolerance: float):
+def minimise(
+    loss, z, optimizer: optax.GradientTransformation, num_iterations: int, tolerance: float, on_value=lambda v: None
+):
     """Run `optimizer` on `loss` from z for at most `num_iterations` steps.
 
-    Stops once a step changes the loss by at most `tolerance` × loss.
+    Stops once a step changes the loss by at most `tolerance` × loss. `on_value` is called with
+    the loss at each iterate (`fit`'s progress).
 
     **Returns:** `(z, history, converged)`: the last iterate, the loss at each iterate before
     it (a list of floats), and whether the tolerance was met.
@@ -61,6 +64,7 @@ def minimise(loss, z, optimizer: optax.GradientTransformation, num_iterations: i
     for _ in range(num_iterations):
         z, state, value = iterate(loss, optimizer, z, state)
         history.append(float(value))
+        on_value(history[-1])
         if len(history) > 1 and abs(history[-2] - history[-1]) <= tolerance * abs(history[-2]):
             return z, history, True
     return z, history, False

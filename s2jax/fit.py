@@ -23,6 +23,7 @@ from jax.flatten_util import ravel_pytree
 from ._chart import tangent_basis
 from ._custom_types import Array, ArrayLike, Float, Int, Lagrangian, Params
 from ._errors import SimulationError
+from ._fit_progress import FitProgress
 from ._integrators import AbstractIntegrator
 from ._jit import filter_jit
 from ._least_squares import levenberg_marquardt
@@ -119,7 +120,7 @@ def _linearise(problem, z):
     return jax.jacfwd(residuals, has_aux=True)(flat)
 
 
-def _penalised_least_squares(problem, z, max_steps, rtol):
+def _penalised_least_squares(problem, z, max_steps, rtol, on_value):
     """`levenberg_marquardt` on `problem.loss` = |r|², r = (data/√N_d, √(w/N_j) jumps), from z."""
     flat, unravel = ravel_pytree(z)
     weight = float(problem.continuity_weight)
@@ -133,7 +134,9 @@ def _penalised_least_squares(problem, z, max_steps, rtol):
             residuals = np.full_like(residuals, np.inf)
         return residuals, scale[:, None] * np.asarray(jacobian)
 
-    x, history, converged = levenberg_marquardt(linearise, np.asarray(flat), max_steps=max_steps, rtol=rtol)
+    x, history, converged = levenberg_marquardt(
+        linearise, np.asarray(flat), max_steps=max_steps, rtol=rtol, on_value=on_value
+    )
     return unravel(jnp.asarray(x)), history, converged
 
 
@@ -253,6 +256,7 @@ def fit(
     integrator: AbstractIntegrator | None = None,
     noise_std: float | None = None,
     fit_initial_state: bool = False,
+    progress: bool = False,
 ) -> FitResult:
     """Fit the parameters `free` of a model to observed directions of some of its bodies.
 
@@ -305,6 +309,9 @@ def fit(
     - `noise_std`: σ, if known; otherwise σ² = |r|² / (N − p), N the number of data residuals
       and p that of the free values (plus 4n if `fit_initial_state`).
     - `fit_initial_state`: fit the start of segment 1 too.
+    - `progress`: report on stderr each stage (continuity weight, refinement) and its loss, at
+      most once a second within a stage. The fit's loop runs in Python, so this adds no callback
+      to a compiled program and compiles nothing again.
 
     **Returns:** a `FitResult`.
 
@@ -416,12 +423,15 @@ def fit(
     z = (log_theta, (zeros, zeros))
 
     history = []
-    for weight in weights:
+    report = FitProgress(progress, len(weights) + (refinement_steps > 0))
+    method = "Levenberg–Marquardt" if optimizer == "levenberg_marquardt" else "optimiser"
+    for i, weight in enumerate(weights):
         problem = eqx.tree_at(lambda p: p.continuity_weight, problem, jnp.asarray(weight))
+        report.stage(f"stage {i + 1}/{report.num_stages}, {method}, continuity weight {weight:g}")
         if optimizer == "levenberg_marquardt":
-            z, stage, converged = _penalised_least_squares(problem, z, num_iterations, tolerance)
+            z, stage, converged = _penalised_least_squares(problem, z, num_iterations, tolerance, report)
         else:
-            z, stage, converged = minimise(problem.loss, z, optimizer, num_iterations, tolerance)
+            z, stage, converged = minimise(problem.loss, z, optimizer, num_iterations, tolerance, report)
         history += stage
 
     # Flattened z is (log θ, a, b), a and b the chart coordinates of shape (S or S − 1, n, 2).
@@ -433,6 +443,9 @@ def fit(
     if bool(failed):
         raise RuntimeError("s2jax.fit: the simulation failed at the fitted parameters")
     history.append(float(problem.objective(data, jumps, failed)))
+    if refinement_steps:
+        report.stage(f"stage {report.num_stages}/{report.num_stages}, Gauss–Newton with the jumps held at zero")
+        report(history[-1])
     for _ in range(refinement_steps):
         effective, shifted, dependent_step = _eliminate_starts(jacobian, independent, data, jumps)
         independent_step = -jnp.linalg.lstsq(effective, shifted)[0]
@@ -448,10 +461,12 @@ def fit(
             break
         z, (jacobian, (data, jumps, failed)) = candidate, linearised
         history.append(loss)
+        report(loss)
         converged = float(jnp.max(jnp.abs(step))) <= tolerance
         if converged:
             break
 
+    report.done(converged)
     chi_squared, limit, dof, origin = _goodness_of_fit(
         np.asarray(data), np.asarray(data) + observations, lengths, noise_std, num_unknowns
     )

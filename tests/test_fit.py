@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
+from s2jax import fit as fit_module
 from s2jax.fit import fit
 from s2jax.models import double_spherical_pendulum as model
 
@@ -204,6 +205,7 @@ def test_too_few_observations_are_refused_before_anything_runs(trajectory, monke
 
     monkeypatch.setattr("s2jax.fit.simulate", not_now)
     monkeypatch.setattr("s2jax.fit.minimise", not_now)
+    monkeypatch.setattr("s2jax.fit.levenberg_marquardt", not_now)
     with pytest.raises(ValueError, match=message):
         fit(
             model.lagrangian,
@@ -217,3 +219,21 @@ def test_too_few_observations_are_refused_before_anything_runs(trajectory, monke
             free=FREE,
             **change,
         )
+
+
+@pytest.mark.slow
+def test_progress_reports_each_stage_on_stderr_without_compiling_again(trajectory, noise_free_fit, capfd):
+    """`progress=True` prints each stage and the end, and reuses the compiled Jacobian of the
+    same fit without it (`noise_free_fit`)."""
+    observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
+    programs = fit_module._linearise.cache_size()
+    assert programs >= 1
+    result = _fit(trajectory, observations, noise_std=NOISE, progress=True)
+    lines = capfd.readouterr().err.splitlines()
+    assert fit_module._linearise.cache_size() == programs
+    for stage in ("stage 1/4, Levenberg–Marquardt, continuity weight 0.001: starting",
+                  "stage 3/4, Levenberg–Marquardt, continuity weight 10: iterate",
+                  "stage 4/4, Gauss–Newton with the jumps held at zero: iterate"):
+        assert any(line.startswith(f"s2jax.fit: {stage}") for line in lines), (stage, lines)
+    assert lines[-1].startswith(f"s2jax.fit: done, loss {float(result.loss_history[-1]):.6g}, converged")
+    np.testing.assert_array_equal(result.loss_history, noise_free_fit.loss_history)
