@@ -173,23 +173,22 @@ class ILQR(AbstractControlSolver):
             ks, gains, decrease, ok = backward(expansion, controls, mu)
             nominal = (q, omega, controls, expansion[-1])
 
-            def try_alpha(state):
-                alpha, _ = state
-                trial = forward(nominal, ks, gains, alpha)
-                expected = alpha * decrease[0] + alpha**2 * decrease[1]
-                accept = trial[3] < cost + 1e-4 * jnp.minimum(expected, 0.0)
-                return alpha, (trial, accept)
-
+            # Backtracking from α = 1 by halves while the trial is refused, down to the first
+            # α ≤ 1e-3. Every trial, the first included, runs in the loop's body: the rollout is
+            # then traced and compiled once, not twice (the program is the control's largest).
             def search_cond(state):
                 alpha, (_, accept) = state
                 return ~accept & (alpha > 1e-3)
 
             def search_body(state):
-                alpha, _ = state
-                return try_alpha((0.5 * alpha, None))
+                alpha = 0.5 * state[0]
+                trial = forward(nominal, ks, gains, alpha)
+                expected = alpha * decrease[0] + alpha**2 * decrease[1]
+                accept = trial[3] < cost + 1e-4 * jnp.minimum(expected, 0.0)
+                return alpha, (trial, accept)
 
-            first = try_alpha((jnp.asarray(1.0, q.dtype), None))
-            _, (trial, accept) = lax.while_loop(search_cond, search_body, first)
+            untried = ((q, omega, controls, jnp.asarray(jnp.inf, q.dtype)), jnp.array(False))
+            _, (trial, accept) = lax.while_loop(search_cond, search_body, (jnp.asarray(2.0, q.dtype), untried))
             # Stationary: the full step of the quadratic model, undamped beyond the initial μ,
             # promises at most rtol·|J| (the step is still taken if the line search accepts it).
             # At an optimum where J = 0 (e.g. u = 0 holding an equilibrium) no trial can lower J,
