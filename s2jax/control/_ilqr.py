@@ -78,6 +78,11 @@ class ILQR(AbstractControlSolver):
         return problem.running(t, q[:-1], omega[:-1], controls) + terminal
 
     def minimise(self, problem, q0, omega0, decision, multipliers, penalty):
+        return self.minimise_with_constraints(problem, q0, omega0, decision, multipliers, penalty)[:4]
+
+    def minimise_with_constraints(self, problem, q0, omega0, decision, multipliers, penalty):
+        # The constraint at the result is read off the last accepted trajectory, the rollout of
+        # the returned controls: no second rollout (`AbstractControlSolver.minimise_with_constraints`).
         n = q0.shape[0]
         dt = problem.dt
         shape = decision.shape[1:]
@@ -215,5 +220,5 @@ class ILQR(AbstractControlSolver):
         values = jnp.full((self.max_steps,), jnp.nan, q0.dtype)
         mu = jnp.asarray(self.regularisation, q0.dtype)
         carry = (q, omega, decision, cost, mu, jnp.array(0), values, jnp.array(False))
-        _, _, controls, _, mu, steps, values, done = lax.while_loop(cond, iteration, carry)
-        return controls, values, steps, done & (mu <= 1e10)
+        q, omega, controls, _, mu, steps, values, done = lax.while_loop(cond, iteration, carry)
+        return controls, values, steps, done & (mu <= 1e10), problem.constraint(q[-1], omega[-1])

@@ -55,6 +55,16 @@ class AbstractControlSolver(eqx.Module):
     def controls(self, problem: Problem, decision) -> Float[Array, "N ..."]:
         """The controls u_0 … u_{N−1} of `decision`."""
 
+    def minimise_with_constraints(
+        self, problem: Problem, q0, omega0, decision, multipliers: Float[Array, " c"], penalty: Float[Array, ""]
+    ) -> tuple[object, Float[Array, " max_steps"], Int[Array, ""], Bool[Array, ""], Float[Array, " c"]]:
+        """`minimise`, and `constraints` at the decision variables it returns (what each round of
+        `run_augmented_lagrangian` needs). A solver that ends with that trajectory at hand
+        overrides it and skips the rollout of `constraints` (`ILQR`), which would otherwise be
+        traced and compiled once more."""
+        decision, objective, steps, converged = self.minimise(problem, q0, omega0, decision, multipliers, penalty)
+        return decision, objective, steps, converged, self.constraints(problem, q0, omega0, decision)
+
 
 def augmented_lagrangian(constraint, multipliers, penalty):
     """λ·c + ρ/2 |c|²."""
@@ -112,9 +122,10 @@ def run_augmented_lagrangian(
     def body(carry):
         decision, multipliers, rho, history, iterations, violations, outer, total, *_ = carry
         previous, previous_cost, idle = carry[-3:]
-        decision, objective, steps, converged = solver.minimise(problem, q0, omega0, decision, multipliers, rho)
+        decision, objective, steps, converged, constraint = solver.minimise_with_constraints(
+            problem, q0, omega0, decision, multipliers, rho
+        )
         history = lax.dynamic_update_slice(history, objective, (total,))
-        constraint = solver.constraints(problem, q0, omega0, decision)
         size = violation(constraint)
         iterations = iterations.at[outer].set(steps)
         violations = violations.at[outer].set(size)
