@@ -462,7 +462,7 @@ def fit(
         z, (jacobian, (data, jumps, failed)) = candidate, linearised
         history.append(loss)
         report(loss)
-        converged = float(jnp.max(jnp.abs(step))) <= tolerance
+        converged = float(np.max(np.abs(np.asarray(step)))) <= tolerance
         if converged:
             break
 
@@ -493,7 +493,7 @@ def fit(
         standard_errors={key: e.reshape(np.shape(params[key])) for key, e in zip(free, errors)},
         covariance=covariance,
         noise_std=jnp.asarray(noise_std),
-        loss_history=jnp.asarray(history),
+        loss_history=jnp.asarray(np.asarray(history)),
         converged=converged,
         segment_times=dt * length * jnp.arange(segments, dtype=float),
         segment_q=segment_q,
