@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 
+from ._by_value import by_value
 from ._custom_types import Array, Float, Params
 
 
@@ -68,13 +69,16 @@ class Force(AbstractForce):
 
     **Arguments:**
 
-    - `fn`: the force, a pure JAX function.
+    - `fn`: the force, a pure JAX function. Compared by value: another function of the same code,
+      defaults, closure values and globals read makes an equal `Force`.
     - `depends_on_velocity`: whether `fn` reads `omega`. The default, True, is always correct;
       False lets the variational integrators keep an explicit velocity update (and the
       reversible adjoint), and is only right when `fn` ignores `omega`.
     """
 
-    fn: Callable
+    # Compared by value (`_by_value`): a Force rebuilt from an equal new lambda does not compile
+    # the program that runs it again.
+    fn: Callable = eqx.field(converter=by_value)
     depends_on_velocity: bool = True
 
     def __call__(self, t, q, omega, u, params):

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
 from .._integrators import AbstractIntegrator, AutoIntegrator, RungeKutta4
@@ -41,7 +42,10 @@ class Problem(eqx.Module):
     - `force`: an `s2jax.AbstractForce` that reads the control u (e.g.
       `s2jax.forces.PivotTorque(0)`); it may also hold known loads (a disturbance).
     - `dt`, `num_steps`: the step h and the number of steps N (horizon N h).
-    - `running_cost`: ℓ(t, q, ω, u) -> scalar, integrated as Σ h ℓ.
+    - `running_cost`: ℓ(t, q, ω, u) -> scalar, integrated as Σ h ℓ. Like `terminal_cost` and
+      `terminal_constraint`, compared by value: a Problem rebuilt from functions of the same code,
+      defaults, closure values and globals read is equal to the first, so `solve` reuses its
+      compiled program.
     - `terminal_cost`: Φ(q_N, ω_N) -> scalar (default 0).
     - `terminal_constraint`: c(q_N, ω_N) -> vector, to be driven to zero (default none).
     - `lower`, `upper`: box bounds on each u_k, arrays of shape `control_shape` (default none).
@@ -59,9 +63,11 @@ class Problem(eqx.Module):
     force: AbstractForce
     dt: float
     num_steps: int = eqx.field(static=True)
-    running_cost: Callable
-    terminal_cost: Callable | None = None
-    terminal_constraint: Callable | None = None
+    # Compared by value (`_by_value`): a Problem rebuilt with equal new lambdas (a notebook cell
+    # run again) is equal to the old one, and its solve is not compiled again.
+    running_cost: Callable = eqx.field(converter=by_value)
+    terminal_cost: Callable | None = eqx.field(default=None, converter=by_value)
+    terminal_constraint: Callable | None = eqx.field(default=None, converter=by_value)
     lower: Float[Array, "..."] | None = None
     upper: Float[Array, "..."] | None = None
     control_shape: tuple[int, ...] = eqx.field(static=True, default=(3,))
