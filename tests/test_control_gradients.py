@@ -49,11 +49,15 @@ def _outputs(x, **options):
 def _check_against_differences(options, x, eps=1e-3):
     # One program gives the outputs and their Jacobian (the outputs as jacrev's aux): the re-solves
     # of the differences reuse it, rather than compiling the solve a second time on its own.
-    with_jacobian = jax.jit(jax.jacrev(lambda x: (_outputs(x, **options)[0],) * 2, has_aux=True))
-    jacobian, _ = with_jacobian(x)
+    def outputs_and_solution(x):
+        outputs, solution = _outputs(x, **options)
+        return outputs, (outputs, solution)
+
+    with_jacobian = jax.jit(jax.jacrev(outputs_and_solution, has_aux=True))
+    jacobian, (_, solution) = with_jacobian(x)
 
     def outputs(x):
-        return with_jacobian(x)[1]
+        return with_jacobian(x)[1][0]
 
     differences = jnp.stack([(outputs(x + eps * e) - outputs(x - eps * e)) / (2 * eps) for e in jnp.eye(x.size)], 1)
     # ε = 1e-3: truncation O(ε²) ~ 1e-6 relative at most. Not smaller: iLQR's controls carry
@@ -61,13 +65,13 @@ def _check_against_differences(options, x, eps=1e-3):
     # controls by 4 % (the cost, stationary, is far less sensitive). Measured agreement at 1e-3:
     # ≤ 4e-8 relative.
     np.testing.assert_allclose(jacobian, differences, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(differences))))
-    return jacobian
+    return jacobian, solution
 
 
 @pytest.mark.slow
 def test_the_optimum_of_an_unconstrained_problem_is_differentiated_implicitly():
     x = jnp.array([9.81, 100.0, 10.0, 0.0])
-    jacobian = _check_against_differences({}, x)
+    jacobian, _ = _check_against_differences({}, x)
     assert jnp.all(jacobian[:, :2] != 0) and jnp.all(jacobian[:, 3] != 0)
 
 
@@ -76,11 +80,10 @@ def test_the_optimum_with_a_terminal_constraint_and_active_bounds_is_differentia
     """Two multipliers (q_N's first two components pinned) and bounds that hold: the derivative in
     the bound is that of the controls on it, and of J* its multiplier."""
     x = jnp.array([9.81, 1.0, 8.0, 0.1])  # unbounded, max |u_k,i| falls from 11.6 to 1.2 over the steps
-    _, solution = _outputs(x, bounded=True, constrained=True)
+    jacobian, solution = _check_against_differences({"bounded": True, "constrained": True}, x)
     assert solution.result == s2.RESULTS.successful
     on_bound = jnp.abs(jnp.abs(solution.controls) - 8.0) < 1e-9
     assert 0 < int(jnp.sum(on_bound)) < solution.controls.size  # some active, some free
-    jacobian = _check_against_differences({"bounded": True, "constrained": True}, x)
     assert jnp.all(jacobian[:, 2] != 0)
 
 
