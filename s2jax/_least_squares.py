@@ -13,6 +13,12 @@ from collections.abc import Callable
 import numpy as np
 
 
+def _marquardt_scale(normal: np.ndarray) -> np.ndarray:
+    """D = diag(JᵀJ), entries below 10⁻¹² of the largest raised to it (a column of zeros in J)."""
+    diagonal = np.diag(normal)
+    return np.maximum(diagonal, 1e-12 * max(float(np.max(diagonal)), np.finfo(float).tiny))
+
+
 def levenberg_marquardt(
     linearise: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
     x: np.ndarray,
@@ -49,12 +55,10 @@ def levenberg_marquardt(
     history = [value]
     on_value(value)
     normal, gradient = jacobian.T @ jacobian, jacobian.T @ residuals
-    scale = np.diag(normal).copy()
-    largest = max(float(np.max(scale)), np.finfo(float).tiny)
+    scale = _marquardt_scale(normal)
+    largest = float(np.max(scale))
     damping, growth = 1e-3 * largest, 2.0
     for _ in range(max_steps):
-        floor = 1e-12 * max(float(np.max(np.diag(normal))), np.finfo(float).tiny)
-        scale = np.maximum(np.diag(normal), floor)
         try:
             step = -np.linalg.solve(normal + damping * np.diag(scale), gradient)
         except np.linalg.LinAlgError:
@@ -67,6 +71,7 @@ def levenberg_marquardt(
         if np.isfinite(new_value) and ratio > 0:
             x, residuals, jacobian = candidate, new_residuals, new_jacobian
             normal, gradient = jacobian.T @ jacobian, jacobian.T @ residuals
+            scale = _marquardt_scale(normal)
             decrease = value - new_value
             value = new_value
             history.append(value)
