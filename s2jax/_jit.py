@@ -1,8 +1,9 @@
 """How s2jax compiles its entry points: `equinox.filter_jit` with XLA options that suit it.
 
 `compiler_options()` turns off the YNNPACK elementwise fusions of XLA's CPU backend (jaxlib ≥ 0.8), which
-are several times slower on the small (…, n, 3) arrays of s2jax; a per-compilation option, so it changes
-nothing else in the user's program (inside a `jax.jit` of their own, they pass it there).
+are several times slower on the small (…, n, 3) arrays of s2jax, and its MLIR fusion emitters, which
+compile ~30 % slower than the classic ones for the same speed; per-compilation options, so they change
+nothing else in the user's program (inside a `jax.jit` of their own, they pass them there).
 `configure_xla_flags` adds XLA CPU's small-loop threshold `LOOP_BYTES` (8 MiB), an XLA flag only, to
 `XLA_FLAGS` at import, so that s2jax's loops run as one compiled function: speed only, CPU only;
 `S2JAX_KEEP_XLA_FLAGS=1` leaves `XLA_FLAGS` alone. Why 8 MiB, the XLA pass behind it and the
@@ -17,8 +18,10 @@ import equinox as eqx
 import jax
 from jax._src import core as jax_core
 
-# No YNNPACK fusion types: XLA's own elementwise fusion emitter runs every fusion.
-_CANDIDATE = {"xla_cpu_experimental_ynn_fusion_type": ""}
+# No YNNPACK fusion types: XLA's own elementwise fusion emitter runs every fusion. And XLA CPU's classic
+# (LLVM IR) fusion emitters, not the MLIR ones: same trajectories bitwise and the same µs per step,
+# ~30 % less compile time (docs/performance.md, "How s2jax compiles on CPU").
+_CANDIDATES = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_fusion_emitters": False}
 # JAX takes compiler options only on a top-level `jax.jit`. Whether a call is made under any
 # transformation (`jax.jit`, `jax.grad`, `jax.vmap`, `lax.scan`, …, whose tracers may also hide in
 # closures) is known only from JAX's trace state; there is no public query.
@@ -72,20 +75,24 @@ def configure_xla_flags() -> bool:
 
 
 @functools.cache
-def compiler_options() -> dict[str, str]:
+def compiler_options() -> dict[str, str | bool]:
     """The XLA compiler options s2jax compiles with: `jax.jit(f, compiler_options=...)`.
 
     Turns off XLA's YNNPACK elementwise fusions on CPU (several times slower on the small
-    (…, n, 3) arrays of s2jax; ignored by other backends). Empty where this JAX does not know
-    the option. Found once, at the first call, by compiling a one-line function.
+    (…, n, 3) arrays of s2jax) and its MLIR fusion emitters (slower to compile, no faster to
+    run); other backends ignore both. Each option is kept only where this JAX knows it: found
+    once, at the first call, by compiling a one-line function with it.
     """
     if _trace_state_clean is None:
         return {}
-    try:
-        jax.jit(lambda x: x + 1, compiler_options=_CANDIDATE).lower(1.0).compile()
-    except Exception:  # an older jaxlib rejects the unknown option
-        return {}
-    return dict(_CANDIDATE)
+    options = {}
+    for name, value in _CANDIDATES.items():
+        try:
+            jax.jit(lambda x: x + 1, compiler_options={name: value}).lower(1.0).compile()
+        except Exception:  # an older (or newer) jaxlib rejects an option it does not know
+            continue
+        options[name] = value
+    return options
 
 
 def filter_jit(fun):

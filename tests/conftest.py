@@ -20,6 +20,11 @@ if not os.environ.get("S2JAX_TEST_OPTIMISED") and "xla_backend_optimization_leve
     "XLA_FLAGS", ""
 ):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# XLA CPU's classic fusion emitters for every program, the tests' own `jax.jit`s included (s2jax's
+# entry points compile with them anyway, `s2.compiler_options()`): ~30 % less compile time, the
+# same trajectories (measured: a gradient through 300 steps of a 4-link chain, 3.3 -> 2.3 s).
+if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false".strip()
 
 # JAX's persistent compilation cache: a program compiled by one test worker is read back by the
 # other, by a later module after `_release_compiled_code`, by the notebooks' kernels (through the
