@@ -221,15 +221,18 @@ def test_second_order_against_dop853(integrator, model):
 
 @pytest.mark.slow
 def test_hamel_with_nonlinear_potential():
-    """Exact |q_i|, q_i·ω_i, vertical momentum for any V; an energy error depending on V off (S²)ⁿ.
+    """Exact |q_i|, q_i·ω_i, vertical momentum for any V; a step depending on V off (S²)ⁿ.
 
     The Hamel step evaluates ∂V/∂q at q̄, inside the ball, so two Lagrangians equal on (S²)ⁿ
-    give different steps. Measured over 2·10⁴ steps of 0.05 (t = 1000), mean |E_k − E₀| over
-    the first and the second half: 2.7e-3 and 1.2e-2 with V's quartic extension (p = 0),
-    3.1e-3 and 3.1e-3 with V constant along rays (p = 1); RATTLE and the explicit VI: 5e-3, 5e-3.
+    (V's quartic extension, p = 0, and V constant along rays, p = 1) give different steps. Over
+    2·10⁴ steps of 0.05 (t = 1000) both keep a bounded energy error. How large it is in each half
+    depends on the rounding of this chaotic trajectory: mean |E_k − E₀| over the first and the
+    second half, p = 0: 2.7e-3 and 1.2e-2 at XLA's default optimisation, 3.1e-3 and 2.2e-3 with
+    the suite's options; p = 1: 3.1e-3 and 3.1e-3, 2.7e-3 and 4.6e-3; RATTLE and the explicit VI:
+    5e-3, 5e-3. So the test asserts bounds, not the excursion that some roundings show with p = 0.
     """
     q0, omega0 = particles_state()
-    halves = {}
+    halves, first_saves = {}, {}
     for p in (0.0, 1.0):
         params = dict(PARTICLES, p=p)
         sol = s2.simulate(
@@ -249,13 +252,16 @@ def test_hamel_with_nonlinear_potential():
         energy = np.asarray(s2.energy(particles_lagrangian, sol.q, sol.omega, params))
         error = np.abs(energy[1:] - energy[0])
         halves[p] = np.mean(error[:500]), np.mean(error[500:])
+        first_saves[p] = np.asarray(sol.q[1])
     first, second = halves[1.0]
-    assert second <= 1.5 * first and second < 1e-2, halves  # O(h²), without drift
-    first, second = halves[0.0]
-    # The documented excursion. The 2·10⁴-step trajectory is chaotic, so its size depends on the
-    # rounding: 4.4× p = 1's second half with XLA's default optimisation, 1.9× at conftest's level 0
-    # (first half 2.1e-3, second 5.1e-3, against 2.5e-3 and 2.6e-3 for p = 1).
-    assert second >= 2 * first and second >= 1.5 * halves[1.0][1], halves
+    # O(h²), without drift: a drift linear in t from 0 would make the second half's mean 3× the
+    # first's; the bounded errors above stay within 2×.
+    assert second <= 2 * first and second < 1e-2, halves
+    # p = 0: bounded too, with the excursion some roundings show (up to 1.2e-2 measured).
+    assert max(halves[0.0]) < 5e-2, halves
+    # The two Lagrangians agree on (S²)ⁿ, their steps do not: 20 steps apart by far more than
+    # round-off (measured 4.6e-4).
+    assert np.max(np.abs(first_saves[0.0] - first_saves[1.0])) > 1e-6
 
 
 def test_rattle_keeps_constraints_ten_thousand_steps():
