@@ -22,7 +22,8 @@ RESULTS = pathlib.Path(os.environ.get("S2JAX_BENCHMARK_RESULTS") or pathlib.Path
 
 def jit(fn, **kwargs):
     """`jax.jit` with the XLA options s2jax compiles with (`s2jax.compiler_options()`: no YNNPACK
-    fusions, XLA CPU's classic fusion emitters), so that every baseline gets the same compiler as the code it is compared with."""
+    fusions, XLA CPU's classic fusion emitters), so that every baseline gets the same compiler as
+    the code it is compared with."""
     return jax.jit(fn, compiler_options=s2.compiler_options() or None, **kwargs)
 
 

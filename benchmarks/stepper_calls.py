@@ -7,13 +7,15 @@ state at a time in a Python loop, the state fed back:
 
 - `Stepper`: `s2.Stepper(...)`, one compiled step per call (`s2jax/_stepper.py`);
 - `simulate, jitted by the user`: `jax.jit` of `s2.simulate(..., num_steps=1)` over (q, ω);
-- `simulate, eager`: `s2.simulate(..., num_steps=1)` as a plain call (its checks and plan each time);
+- `simulate, eager`: `s2.simulate(..., num_steps=1)` as a plain call: the first call checks and
+  plans, the repeats run the program it compiled (`s2jax/_eager.py`); its overhead is reported as
+  its time per call less that of the user's jitted `simulate`; both again with 10 steps a call;
 - `compiled step inside one program`: a 1000-step `simulate` in one call, per step: the work a
   call cannot avoid;
 - `mujoco.mj_step`: MuJoCo's own step from Python on a double pendulum of two ball joints with
   the same masses and lengths (Euler, its default, the cheapest it has), `MjData` reused.
 
-Each run times a loop of calls (1000; 20 for the eager simulate), each reading its state back
+Each run times a loop of 1000 calls, each reading its state back
 to the host (`np.asarray(q)`, as a loop that acts on the state must), per call; medians of
 `--repeats` runs, the contenders interleaved round-robin. Results: benchmarks/results/
 stepper_calls.json with the machine and the load before and after.
@@ -64,8 +66,11 @@ def contenders(calls: int) -> dict:
     jitted = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1)))
     whole = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=calls)))
 
-    def eager(q, w):
-        return _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=1))
+    def eager(q, w, num_steps=1):  # the state read back as numpy arrays, which simulate takes as they are
+        solution = s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=num_steps)
+        return np.asarray(solution.q)[-1], np.asarray(solution.omega)[-1]
+
+    jitted_10 = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=10)))
 
     def loop(step, count):
         def run():
@@ -80,7 +85,9 @@ def contenders(calls: int) -> dict:
     found = {
         "Stepper": loop(stepper, calls),
         "simulate, jitted by the user": loop(jitted, calls),
-        "simulate, eager": loop(eager, 20),
+        "simulate, eager": loop(eager, calls),
+        "simulate of 10 steps, jitted by the user": loop(jitted_10, calls),
+        "simulate of 10 steps, eager": loop(lambda q, w: eager(q, w, 10), calls),
         "compiled step inside one program": (lambda: jax.block_until_ready(whole(q0, omega0)), calls),
     }
     try:
@@ -124,6 +131,12 @@ def main():
     per_call = {name: statistics.median(ts) for name, ts in times.items()}
     for name, seconds in per_call.items():
         print(f"{name:45s} {seconds * 1e6:10.1f} µs per call")
+    overhead = {
+        steps: per_call[f"simulate{label}, eager"] - per_call[f"simulate{label}, jitted by the user"]
+        for steps, label in ((1, ""), (10, " of 10 steps"))
+    }
+    for steps, seconds in overhead.items():
+        print(f"{f'eager simulate of {steps} steps over the jitted one':45s} {seconds * 1e6:10.1f} µs per call")
     path = write(
         "stepper_calls",
         {
@@ -134,6 +147,7 @@ def main():
             "load_before": load_before,
             "load_after": load_after,
             "median_seconds_per_call": per_call,
+            "eager_overhead_seconds_per_call": {f"{steps} steps": seconds for steps, seconds in overhead.items()},
             "seconds_per_call": times,
         },
         quick=options.quick,

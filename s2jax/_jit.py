@@ -28,6 +28,12 @@ _CANDIDATES = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_fusion_e
 _trace_state_clean = getattr(jax_core, "trace_state_clean", None)
 
 
+def trace_state_clean() -> bool:
+    """Whether no JAX transformation is tracing now (a call here is an outermost compilation);
+    False where this JAX cannot tell."""
+    return _trace_state_clean is not None and _trace_state_clean()
+
+
 LOOP_BYTES_OPTION = "xla_cpu_small_while_loop_byte_threshold"
 LOOP_BYTES = 1 << 23  # 8 MiB: why, see docs/performance.md ("How s2jax compiles on CPU")
 _EXTRA_FLAG = "--xla_backend_extra_options="
@@ -111,7 +117,7 @@ def filter_jit(fun):
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
         nonlocal with_options
-        if _trace_state_clean is None or not _trace_state_clean():
+        if not trace_state_clean():
             return plain(*args, **kwargs)
         if with_options is None:
             options = compiler_options()

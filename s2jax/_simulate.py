@@ -16,6 +16,7 @@ from jax import lax
 
 from ._adjoint import NO_FAILURE, AbstractAdjoint, default_adjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params
+from ._eager import EagerCalls
 from ._errors import error_if, raise_if_failed
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
@@ -119,12 +120,23 @@ def simulate(
     `ValueError` naming the smallest eigenvalue. After a failed step, the remaining steps are
     skipped (the saved states repeat the last good one).
 
+    **Repeated calls:** an eager call keeps its plan for the next one with the same model,
+    integrator, force, adjoint, options, shapes and params (equal values), which then runs the
+    compiled program at once, its state, dt and controls checked inside it (the same
+    `ValueError` for a bad one); docs/api/simulate.md says what is checked when.
+
     **Returns:** a `Solution`.
     """
     num_steps = positive_int(num_steps, "num_steps")
     save_every = positive_int(save_every, "save_every")
+    options = dict(integrator=integrator, force=force, controls=controls, adjoint=adjoint, num_steps=num_steps,
+                   save_every=save_every, throw=throw)
+    repeated = _EAGER_CALLS.call(lagrangian, q0, omega0, params, dt, progress=progress, **options)
+    if repeated is not None:
+        return repeated
     if num_steps % save_every:
         raise ValueError(f"save_every = {save_every} must divide num_steps = {num_steps}")
+    given_params = params
     adjoint = default_adjoint(num_steps) if adjoint is None else adjoint
     if not isinstance(adjoint, AbstractAdjoint):
         raise TypeError(f"`adjoint` must be an s2jax adjoint, got {adjoint!r}")
@@ -143,9 +155,15 @@ def simulate(
     if the_plan.system.force is not None:
         check_force_output(the_plan.system.force, policy, q0, omega0, params, controls)
 
-    solution = _integrate(
-        the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw
+    entry = None if progress else _EAGER_CALLS.remember(
+        lagrangian, q0, params, given_params, the_plan=the_plan, resolved_adjoint=adjoint, policy=policy, **options
     )
+    if entry is not None:  # an eager call, through the program its repetitions will run
+        solution = _EAGER_CALLS.run(entry, q0, omega0, dt, controls)
+    else:
+        solution = _integrate(
+            the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw
+        )
     if throw:
         codes = solution.result._value
         check = functools.partial(raise_if_failed, integrator=solution.integrator)
@@ -156,10 +174,10 @@ def simulate(
     return solution
 
 
-@filter_jit
-def _integrate(
+def integrate(
     the_plan: Plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw
-):
+) -> Solution:
+    """The `Solution` of the plan's run: the loop (or the adaptive solve) from its first result code."""
     num_saves = num_steps // save_every
     t = dt * save_every * jnp.arange(num_saves + 1, dtype=dt.dtype)
     system, integrator = the_plan.system, the_plan.integrator
@@ -192,3 +210,12 @@ def _integrate(
     q = jnp.concatenate([q0[None], qs])
     omega = jnp.concatenate([omega0[None], omegas])
     return Solution(t, q, omega, final.result, final.failed_step, type(integrator).__name__)
+
+
+_integrate = filter_jit(integrate)
+_EAGER_CALLS = EagerCalls()
+
+
+def program_count() -> int:
+    """How many programs `simulate` holds compiled (tests check that new values reuse one)."""
+    return _integrate.cache_size() + _EAGER_CALLS.cache_size()
