@@ -79,7 +79,7 @@ def _state_array(x, shape=None):
     return None
 
 
-def _run_body(static: _Static, arrays: list, q0, omega0, dt, controls) -> list:
+def _integrate_call(static: _Static, arrays: list, q0, omega0, dt, controls) -> list:
     """The leaves of the `Solution`: the call's parts rebuilt from their static leaves and `arrays`
     (flat lists on both sides: jax.jit's dispatch flattens no Module on a call)."""
     from ._simulate import integrate  # the loop's caller; _simulate imports this module
@@ -124,7 +124,7 @@ class EagerCalls:
 
     def _compiled(self):
         if self._program is None:
-            self._program = jax.jit(_run_body, static_argnums=0, compiler_options=compiler_options() or None)
+            self._program = jax.jit(_integrate_call, static_argnums=0, compiler_options=compiler_options() or None)
         return self._program
 
     def remember(self, model, q0, params, given_params, *, integrator, force, controls, adjoint, num_steps,

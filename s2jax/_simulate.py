@@ -159,7 +159,7 @@ def simulate(
         lagrangian, q0, params, given_params, the_plan=the_plan, resolved_adjoint=adjoint, policy=policy, **options
     )
     if entry is not None:  # an eager call, through the program its repetitions will run
-        solution = _EAGER_CALLS.run(entry, q0, omega0, dt, controls)
+        solution = _EAGER_CALLS.run(entry, q0, omega0, dt, None if policy is not None else controls)
     else:
         solution = _integrate(
             the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw

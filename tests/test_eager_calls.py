@@ -158,3 +158,17 @@ def test_the_calls_remembered_are_bounded(monkeypatch):
         s2.simulate(dsp.lagrangian, Q0, OMEGA0, dsp.paper_params(), dt=0.01, num_steps=num_steps)
     assert len(calls._entries) == 2
     assert [key[6] for key in calls._entries] == [4, 6]  # num_steps in the key: the oldest went
+
+
+def test_a_feedback_policy_is_remembered(plans):
+    force = s2.forces.PivotTorque(0)
+
+    def policy(t, q, omega, params):  # a damping torque, sampled at the start of each step
+        return -0.5 * omega[0]
+
+    first = _run(force=force, controls=policy)
+    second = _run(force=force, controls=policy)
+    assert len(plans) == 1 and _simulate._EAGER_CALLS.runs == 2
+    np.testing.assert_array_equal(second.q, first.q)
+    undamped = _run(force=force, controls=np.zeros((10, 3)))
+    assert float(jnp.max(jnp.abs(undamped.omega[-1] - first.omega[-1]))) > 1e-6
