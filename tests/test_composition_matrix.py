@@ -56,7 +56,7 @@ def _test_names() -> set[str]:
 
 
 def test_the_page_shows_the_registry():
-    assert integrator_table() in PAGE.read_text(), "regenerate with `python tests/test_composition_matrix.py`"
+    assert integrator_table() in PAGE.read_text(), "rewrite it with `python tests/test_composition_matrix.py`"
 
 
 def test_every_tested_cell_names_an_existing_test():
@@ -66,5 +66,14 @@ def test_every_tested_cell_names_an_existing_test():
     assert not missing, missing
 
 
+def write_integrator_table() -> None:
+    """Put `integrator_table()` in place of the page's table (the lines from its header row on)."""
+    text = PAGE.read_text()
+    start = text.index("| integrator | integrates |")
+    end = text.find("\n\n", start)
+    PAGE.write_text(text[:start] + integrator_table() + (text[end:] if end >= 0 else "\n"))
+
+
 if __name__ == "__main__":
-    print(integrator_table())
+    write_integrator_table()
+    print(f"wrote the integrator table of {PAGE}")

@@ -46,4 +46,6 @@ REGISTRY = (
 )
 """Every integrator of s2jax, one instance each: what the integrator contract test
 (tests/test_integrator_contract.py) and the docs' composition table run over. A new integrator
-is its own file and one line here; its `system_type` decides where it runs."""
+is its own file, its import and one line here, its export in `s2jax/__init__.py`, and the docs'
+table rewritten by `python tests/test_composition_matrix.py`; its `system_type` decides where it
+runs."""
