@@ -1,10 +1,10 @@
 """Eager `simulate` calls at the cost of their compiled work: the plan kept per (model, options, shapes).
 
 An eager call checks its input and makes its plan (the form check of (2.2) of 002, the structure
-of M) before it runs: ~1 ms, more than the steps of a small system. `EagerCalls` keeps the last
+of M) before it runs, often longer than the steps of a small system. `EagerCalls` keeps the last
 plan per (model, integrator, force, options, shapes); a call with equal params runs the compiled
 program at once, its state checked inside it (`Plan.initial_result`). docs/performance.md, "Calls
-from Python", says what is checked when.
+from Python", says what is checked when and measures it.
 """
 
 import collections

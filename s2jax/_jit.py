@@ -1,8 +1,8 @@
 """How s2jax compiles its entry points: `equinox.filter_jit` with XLA options that suit it.
 
 `compiler_options()` turns off the YNNPACK elementwise fusions of XLA's CPU backend (jaxlib ≥ 0.8), which
-are several times slower on the small (…, n, 3) arrays of s2jax, and its MLIR fusion emitters, which
-compile ~30 % slower than the classic ones for the same speed; per-compilation options, so they change
+are slower on the small (…, n, 3) arrays of s2jax, and its MLIR fusion emitters, which compile
+slower than the classic ones for the same speed; per-compilation options, so they change
 nothing else in the user's program (inside a `jax.jit` of their own, they pass them there).
 `configure_xla_flags` adds XLA CPU's small-loop threshold `LOOP_BYTES` (8 MiB), an XLA flag only, to
 `XLA_FLAGS` at import, so that s2jax's loops run as one compiled function: speed only, CPU only;
@@ -19,8 +19,8 @@ import jax
 from jax._src import core as jax_core
 
 # No YNNPACK fusion types: XLA's own elementwise fusion emitter runs every fusion. And XLA CPU's classic
-# (LLVM IR) fusion emitters, not the MLIR ones: same trajectories bitwise and the same µs per step,
-# ~30 % less compile time (docs/performance.md, "How s2jax compiles on CPU").
+# (LLVM IR) fusion emitters, not the MLIR ones: the same speed, less compile time (measured in
+# docs/performance.md, "How s2jax compiles on CPU").
 _CANDIDATES = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_fusion_emitters": False}
 # JAX takes compiler options only on a top-level `jax.jit`. Whether a call is made under any
 # transformation (`jax.jit`, `jax.grad`, `jax.vmap`, `lax.scan`, …, whose tracers may also hide in

@@ -123,7 +123,8 @@ def simulate(
     **Repeated calls:** an eager call keeps its plan for the next one with the same model,
     integrator, force, adjoint, options, shapes and params (equal values), which then runs the
     compiled program at once, its state, dt and controls checked inside it (the same
-    `ValueError` for a bad one); docs/api/simulate.md says what is checked when.
+    `ValueError` for a bad one); docs/performance.md, "Calls from Python", says what is checked
+    when.
 
     **Returns:** a `Solution`.
     """
