@@ -172,3 +172,24 @@ def test_a_feedback_policy_is_remembered(plans):
     np.testing.assert_array_equal(second.q, first.q)
     undamped = _run(force=force, controls=np.zeros((10, 3)))
     assert float(jnp.max(jnp.abs(undamped.omega[-1] - first.omega[-1]))) > 1e-6
+
+
+@pytest.mark.slow
+def test_a_hamiltonian_system_is_remembered_and_a_general_lagrangian_planned_each_call(plans):
+    """A `HamiltonianSystem` is planned once and repeats the fresh plan's numbers; a general L
+    (the rotating pendulum), whose ∂²L/∂q̇∂q̇ is checked at each initial state, is planned on every call."""
+    hamiltonian = s2.HamiltonianSystem(s2.legendre_transform(dsp.lagrangian))
+    params = dsp.paper_params()
+    first = s2.simulate(hamiltonian, Q0, OMEGA0, params, dt=0.01, num_steps=5)
+    q1, omega1 = np.asarray(first.q)[-1], np.asarray(first.omega)[-1]
+    repeated = s2.simulate(hamiltonian, q1, omega1, params, dt=0.01, num_steps=5)
+    assert len(plans) == 1 and _simulate._EAGER_CALLS.runs == 2
+    fresh = s2.simulate(s2.HamiltonianSystem(hamiltonian.hamiltonian), q1, omega1, params, dt=0.01, num_steps=5)
+    assert len(plans) == 2
+    np.testing.assert_array_equal(repeated.q, fresh.q)
+
+    rotating = s2.models.rotating_spherical_pendulum
+    state = [np.asarray(x) for x in rotating.paper_state()]
+    for _ in range(2):
+        s2.simulate(rotating.lagrangian, *state, rotating.paper_params(), dt=0.01, num_steps=5)
+    assert len(plans) == 4 and _simulate._EAGER_CALLS.runs == 3  # the three Hamiltonian calls only
