@@ -54,6 +54,10 @@ class RESULTS(eqx.Enumeration):
         "state for a GeneralLagrangianSystem, has an eigenvalue ≤ 1e-12 × its largest entry (a zero or "
         "negative mass, a zero length?); simulate with concrete values names the smallest eigenvalue"
     )
+    real_time_iteration_refused = (
+        "a real-time iteration of model predictive control was refused (a Q_uu not positive definite, or the "
+        "rollout of its full step failed): the previous prediction's controls were applied"
+    )
 
 
 def _names(values) -> np.ndarray:

@@ -32,7 +32,7 @@ def _solution(result=RESULTS.successful, rounds=3, max_rounds=5, cost=1.25, scal
     return s2.control.ControlSolution(
         jnp.asarray(scale * CONTROLS), DT * jnp.arange(5.0), jnp.asarray(q), jnp.asarray(omega), jnp.asarray(cost),
         jnp.asarray(history), jnp.asarray(violations[rounds - 1]), result, jnp.asarray(iterations.sum()),
-        jnp.asarray(rounds), jnp.asarray(iterations), jnp.asarray(violations),
+        jnp.asarray(rounds), jnp.asarray(iterations), jnp.asarray(violations), jnp.zeros(6), jnp.asarray(10.0),
     )
 
 

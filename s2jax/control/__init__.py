@@ -2,12 +2,15 @@
 
 Define a `Problem` (dynamics, costs, bounds, terminal constraint) and call `solve` with a
 solver: `SingleShooting`, `MultipleShooting` or `ILQR`; `receding_horizon` closes the loop
-(model predictive control).
+(model predictive control, also by real-time iterations), `RealTimeController` runs those iterations
+for a plant outside s2jax, and `feedback_policy` gives a solution's LQR tracking law for `simulate`.
 """
 
+from ._feedback import FeedbackPolicy as FeedbackPolicy, feedback_policy as feedback_policy
 from ._ilqr import ILQR as ILQR
 from ._mpc import RecedingHorizonSolution as RecedingHorizonSolution, receding_horizon as receding_horizon
 from ._problem import ControlSolution as ControlSolution, Problem as Problem
+from ._real_time import RealTimeController as RealTimeController, RealTimeState as RealTimeState
 from ._shooting import MultipleShooting as MultipleShooting, SingleShooting as SingleShooting
 from ._solve import solve as solve
 from ._solver import AbstractControlSolver as AbstractControlSolver

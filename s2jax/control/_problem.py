@@ -202,6 +202,9 @@ class ControlSolution(eqx.Module):
       rounds = `max_outer_steps` with constraints, else 1; `round_violation`: max|c| of all the
       solver's constraints (for `MultipleShooting`, the segment jumps too) after each round (NaN
       past the last), same shape.
+    - `multipliers`, `penalty`: the augmented-Lagrangian λ (one per constraint of the solver) and ρ
+      of the last round's objective J + λ·c + ρ/2 |c|² (λ empty and ρ the solver's initial one
+      without constraints); `feedback_policy` expands that objective.
 
     `print(solution.summary(problem))` says in a few lines what the solve did; `repr` gives
     the shapes, not the arrays; `solution.continuous_miss(problem)` estimates how far the
@@ -221,6 +224,8 @@ class ControlSolution(eqx.Module):
     num_outer_iterations: Int[Array, ""]
     round_iterations: Int[Array, " rounds"]
     round_violation: Float[Array, " rounds"]
+    multipliers: Float[Array, " c"]
+    penalty: Float[Array, ""]
 
     def summary(self, problem: Problem | None = None) -> str:
         """A few lines on what the solve did: the result and what it means, the cost J, the

@@ -122,7 +122,7 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     problem = closure_converted(problem, q0, omega0)
     fixed, fixed_q0, fixed_omega0 = _stop_gradient((problem, q0, omega0))
     decision = solver.init(fixed, fixed_q0, fixed_omega0, fixed.clip(jax.lax.stop_gradient(init)))
-    decision, history, iterations, violations, outer, converged = run_augmented_lagrangian(
+    decision, history, iterations, violations, outer, converged, multipliers, penalty = run_augmented_lagrangian(
         solver, fixed, fixed_q0, fixed_omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
         penalty=getattr(solver, "penalty", 10.0),
     )
@@ -134,7 +134,7 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     result = RESULTS.where(sol.result == RESULTS.successful, result, sol.result)
     return ControlSolution(
         controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), history, violation, result,
-        jnp.sum(iterations), outer, iterations, violations,
+        jnp.sum(iterations), outer, iterations, violations, multipliers, penalty,
     )
 
 

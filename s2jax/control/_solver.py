@@ -106,22 +106,24 @@ def run_augmented_lagrangian(
     met from here. (A round cut off by `max_steps` alone may be on its way to a breakthrough, hence
     the second chance.)
 
-    **Returns:** `(decision, history, iterations, violations, num_outer, converged)`: the decision
-    variables, the augmented objective after each inner iteration (NaN past the last), the inner
-    iterations of each round (0 past the last) and the violation max|c| after each (NaN past the
-    last), both of shape (rounds,), the rounds run, and whether the last one met the tolerances.
+    **Returns:** `(decision, history, iterations, violations, num_outer, converged, multipliers,
+    penalty)`: the decision variables, the augmented objective after each inner iteration (NaN past
+    the last), the inner iterations of each round (0 past the last) and the violation max|c| after
+    each (NaN past the last), both of shape (rounds,), the rounds run, whether the last one met the
+    tolerances, and the λ and ρ of the last round's objective (before its update).
     """
     num_constraints = solver.constraints(problem, q0, omega0, decision).size
     max_outer = max_outer_steps if num_constraints else 1
     history0 = jnp.full(((max_outer + 1) * solver.max_steps,), jnp.nan, q0.dtype)
 
     def cond(carry):
-        *_, outer, _, done, stalled, _, _, _ = carry
+        *_, outer, _, done, stalled, _, _, _, _ = carry
         return (outer < max_outer) & ~done & ~stalled
 
     def body(carry):
         decision, multipliers, rho, history, iterations, violations, outer, total, *_ = carry
-        previous, previous_cost, idle = carry[-3:]
+        previous, previous_cost, idle = carry[-4:-1]
+        used = (multipliers, rho)
         decision, objective, steps, converged, constraint = solver.minimise_with_constraints(
             problem, q0, omega0, decision, multipliers, rho
         )
@@ -141,17 +143,20 @@ def run_augmented_lagrangian(
         stalled = no_progress & (converged | idle)
         return (
             decision, multipliers, rho, history, iterations, violations, outer + 1, total + steps, done, stalled, size,
-            cost, no_progress,
+            cost, no_progress, used,
         )
 
     initial = violation(solver.constraints(problem, q0, omega0, decision))
+    multipliers = jnp.zeros((num_constraints,), q0.dtype)
+    rho = jnp.asarray(penalty, q0.dtype)
     carry = (
-        decision, jnp.zeros((num_constraints,), q0.dtype), jnp.asarray(penalty, q0.dtype), history0,
+        decision, multipliers, rho, history0,
         jnp.zeros((max_outer,), int), jnp.full((max_outer,), jnp.nan, q0.dtype), jnp.array(0), jnp.array(0),
         jnp.array(False), jnp.array(False), initial, jnp.asarray(jnp.inf, q0.dtype), jnp.array(False),
+        (multipliers, rho),
     )
-    decision, _, _, history, iterations, violations, outer, _, done, _, _, _, _ = lax.while_loop(cond, body, carry)
-    return decision, history[: max_outer * solver.max_steps], iterations, violations, outer, done
+    decision, _, _, history, iterations, violations, outer, _, done, *_, used = lax.while_loop(cond, body, carry)
+    return decision, history[: max_outer * solver.max_steps], iterations, violations, outer, done, *used
 
 
 def squash(z, lower, upper):
