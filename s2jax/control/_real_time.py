@@ -139,6 +139,8 @@ class RealTimeController:
     iteration (Q_uu not positive definite, or its rollout failed) still returns the prediction's
     controls; `result` says so and `refused` counts them.
 
+    `reset(q, omega)` solves again from a new state, reusing the compiled programs.
+
     **Attributes:** `solution`, the first solve's `ControlSolution`; `state`, the prediction the
     next call starts from (a `RealTimeState`); `result`, the last call's `RESULTS`; `refused`, the
     calls with a refused iteration so far.
@@ -167,16 +169,28 @@ class RealTimeController:
             raise ValueError(f"steps_per_solve must be in 1..{problem.num_steps}; got {steps_per_solve}")
         q0, omega0, dt = check_state_arguments(q0, omega0, problem.dt)
         check_initial_state(q0, omega0, dt)
-        planned, init = _prepare(problem, q0, omega0, init)
+        self.problem, _ = _prepare(problem, q0, omega0, None)
+        self.dt, self._solver, self._outer = dt, solver, (max_outer_steps, constraint_tolerance)
+        self.reset(q0, omega0, init=init)
+        options = {"iterations": iterations, "steps": steps_per_solve, "regularisation": solver.regularisation}
+        step = functools.partial(_controller_step, self.problem, **options)
+        self._step = jax.jit(step, compiler_options=compiler_options() or None)
+
+    def reset(self, q, omega, *, init=None) -> None:
+        """Solve again to convergence from (q, ω) (a new start, e.g. after a hand-over from another
+        controller) and iterate from that solution; the compiled programs are reused. `init` is
+        the solve's guess (default zeros, moved into the bounds). Raises as construction does."""
+        q, omega, _ = check_state_arguments(q, omega, self.dt)
+        check_initial_state(q, omega, self.dt)
+        if hasattr(self, "state") and q.shape != self.state.q.shape[1:]:
+            bodies = self.state.q.shape[1]
+            raise ValueError(f"reset: the controller's system has {bodies} bodies; got q of shape {q.shape}")
+        _, init = _prepare(self.problem, q, omega, init)
         self.state, self.solution = _first_state(
-            planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, solver.regularisation
+            self.problem, self._solver, q, omega, init, *self._outer, self._solver.regularisation
         )
         _raise_if_failed(self.solution.result._value)
-        self.problem, self.dt = planned, dt
         self.result, self.refused = RESULTS.successful, 0
-        options = {"iterations": iterations, "steps": steps_per_solve, "regularisation": solver.regularisation}
-        step = functools.partial(_controller_step, planned, **options)
-        self._step = jax.jit(step, compiler_options=compiler_options() or None)
 
     def __call__(self, q, omega) -> Float[Array, "s ..."]:
         controls, state, code = self._step(self.state, q, omega)
@@ -186,7 +200,7 @@ class RealTimeController:
             raise ValueError("RealTimeController: the measured state is not a finite point of T(S²)ⁿ")
         self.state = state
         self.result = RESULTS.successful if code == RESULTS.successful._value else RESULTS.real_time_iteration_refused
-        self.refused += code != RESULTS.successful._value
+        self.refused += int(code != RESULTS.successful._value)
         return controls
 
     def __repr__(self) -> str:
