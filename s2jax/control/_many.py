@@ -1,0 +1,184 @@
+"""Many solves of one `Problem` in one call: a batch of initial states or guesses, and multi-start.
+
+`jax.vmap(solve)` runs the members in lockstep: every member iterates until the slowest has
+converged (the batched `while_loop`s), and on a CPU the batched iteration is no cheaper per member
+than a single one (XLA's CPU backend does not vectorise these small, odd-shaped kernels across
+the batch). Measured on 2 cores (`benchmarks/batched_solves.py`): 16 swing-ups took 85× one solve
+under `vmap`, against 16× one solved in turn. `solve_many` therefore maps the members one after
+another inside one compiled program (`lax.map`): each runs its own iterations, stops when it
+converges, and its result is its single solve's; the batch is split over the available devices
+(`jax.shard_map`, as `simulate_batch` does), so several host devices (or GPUs) solve their shares
+at once. `batch="vmap"` keeps the lockstep form, for accelerators, where vectorising pays.
+"""
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, PartitionSpec
+
+from .._jit import filter_jit
+from .._results import RESULTS
+from .._validation import check_initial_state
+from ._problem import ControlSolution, Problem
+from ._solve import _raise_if_failed, solve_in_graph
+from ._solver import AbstractControlSolver
+
+_AXIS = "members"
+
+
+def solve_many(
+    problem: Problem,
+    q0,
+    omega0,
+    *,
+    solver: AbstractControlSolver,
+    init=None,
+    batch: str = "map",
+    devices: Sequence[jax.Device] | None = None,
+    max_outer_steps: int = 20,
+    constraint_tolerance: float = 1e-6,
+    throw: bool = True,
+) -> ControlSolution:
+    """`solve` for each of B members, a member being an initial state, an initial guess, or both.
+
+    **Arguments:**
+
+    - `problem`, `solver`, `max_outer_steps`, `constraint_tolerance`: as for `solve`, shared.
+    - `q0`, `omega0`: one initial state, (n, 3), or one per member, (B, n, 3).
+    - `init`: the initial guess, one for all, (N, *control_shape), or one per member,
+      (B, N, *control_shape); default zeros (moved into the bounds).
+    - `batch`: `"map"` (default): the members one after another on each device, each with its own
+      iterations, so a member's result is its single solve's; `"vmap"`: in lockstep
+      (`jax.vmap`), every member iterating until the slowest converges — for GPUs.
+    - `devices`: the devices to split the members over (default `jax.devices()`); B is padded with
+      copies of the first member to a multiple of their number, the padding dropped.
+    - `throw`: raise `SimulationError` naming the first member (batch index) that did not
+      converge or failed; with `throw=False` each member's code is in `result`.
+
+    **Returns:** a `ControlSolution` whose fields have a leading axis of size B.
+    """
+    if batch not in ("map", "vmap"):
+        raise ValueError(f"batch must be 'map' or 'vmap'; got {batch!r}")
+    q0, omega0, init, size = _members(problem, q0, omega0, init)
+    for b in range(size):
+        try:
+            check_initial_state(q0[b], omega0[b], problem.dt)
+        except ValueError as error:
+            raise ValueError(f"solve_many, member {b}: {error}") from None
+    planned = problem.planned(q0[0], omega0[0])
+    devices = jax.devices() if devices is None else list(devices)
+    mesh = Mesh(np.array(devices), (_AXIS,))
+    solutions = _solve_many(planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh, batch)
+    if throw:
+        _raise_if_failed(np.asarray(solutions.result._value))
+    return solutions
+
+
+def multi_start(
+    problem: Problem,
+    q0,
+    omega0,
+    inits,
+    *,
+    solver: AbstractControlSolver,
+    devices: Sequence[jax.Device] | None = None,
+    max_outer_steps: int = 20,
+    constraint_tolerance: float = 1e-6,
+    throw: bool = True,
+) -> tuple[ControlSolution, ControlSolution]:
+    """Solve `problem` from one initial state and several initial guesses, and keep the best.
+
+    iLQR and the shooting methods find a local optimum near their initial guess; the ready
+    pendubot swing-up, for one, has several. The starts are solved by `solve_many` (one call,
+    each start its own iterations, the starts split over the devices).
+
+    **Arguments:**
+
+    - `problem`, `q0`, `omega0`, `solver`, `devices`, `max_outer_steps`, `constraint_tolerance`:
+      as for `solve_many`, with one initial state.
+    - `inits`: the guesses, shape (S, N, *control_shape).
+    - `throw`: raise `SimulationError` if no start converged.
+
+    **Returns:** `(best, all)`: the converged solution of least cost J (if none converged, the
+    start of least J, with its code), and every start's solution (leading axis S).
+    """
+    inits = jnp.asarray(inits, dtype=float)
+    if inits.ndim != len(problem.control_shape) + 2:
+        raise ValueError(
+            f"inits must have shape (S, num_steps, *control_shape) = (S, {problem.num_steps}, "
+            f"{', '.join(map(str, problem.control_shape))}); got {inits.shape}"
+        )
+    solutions = solve_many(
+        problem, q0, omega0, solver=solver, init=inits, devices=devices, max_outer_steps=max_outer_steps,
+        constraint_tolerance=constraint_tolerance, throw=False,
+    )
+    codes = np.asarray(solutions.result._value)
+    converged = codes == RESULTS.successful._value
+    if throw and not converged.any():
+        _raise_if_failed(codes)
+    costs = np.where(converged | ~converged.any(), np.asarray(solutions.cost), np.inf)
+    best = int(np.argmin(costs))
+    return jtu.tree_map(lambda x: x[best], solutions), solutions
+
+
+def _members(problem, q0, omega0, init):
+    """(q0, ω0, init) each with a leading member axis of the batch's size B, and B."""
+    q0, omega0 = jnp.asarray(q0, dtype=float), jnp.asarray(omega0, dtype=float)
+    shape = (problem.num_steps, *problem.control_shape)
+    init = None if init is None else jnp.asarray(init, dtype=q0.dtype)
+    sizes = {}
+    for name, x, single in (("q0", q0, 2), ("omega0", omega0, 2), ("init", init, len(shape))):
+        if x is not None and x.ndim == single + 1:
+            sizes[name] = x.shape[0]
+        elif x is not None and x.ndim != single:
+            raise ValueError(f"{name} must have {single} dimensions, or {single + 1} with a member axis; got {x.shape}")
+    if not sizes:
+        raise ValueError("solve_many needs a member axis on q0, omega0 or init; for one problem call solve")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"the member axes disagree: {sizes}")
+    size = next(iter(sizes.values()))
+    if size == 0:
+        raise ValueError("solve_many got no members (a member axis of size 0)")
+
+    def spread(x, single):
+        return x if x.ndim == single + 1 else jnp.broadcast_to(x, (size, *x.shape))
+
+    q0, omega0 = spread(q0, 2), spread(omega0, 2)
+    if omega0.shape[1:] != q0.shape[1:]:
+        raise ValueError(f"omega0 must have the shape of q0 per member, {q0.shape[1:]}; got {omega0.shape[1:]}")
+    if init is None:
+        init = problem.clip(jnp.zeros(shape, q0.dtype))
+    init = spread(init, len(shape))
+    if init.shape[1:] != shape:
+        raise ValueError(f"`init` must have shape (num_steps, *control_shape) = {shape} per member; got {init.shape}")
+    return q0, omega0, init, size
+
+
+@filter_jit
+def _solve_many(problem, solver, q0, omega0, init, max_outer_steps, tolerance, mesh, batch):
+    size = q0.shape[0]
+    padded = math.ceil(size / mesh.size) * mesh.size
+
+    def pad(x):
+        return jnp.concatenate([x, jnp.broadcast_to(x[:1], (padded - size, *x.shape[1:]))])
+
+    def one(q0, omega0, init):
+        return solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
+
+    def local(q0, omega0, init):
+        if batch == "vmap":
+            return jax.vmap(one)(q0, omega0, init)
+        return lax.map(lambda member: one(*member), (q0, omega0, init))
+
+    spec = PartitionSpec(_AXIS)
+    # check_vma=False as in `simulate_batch`: no collectives, and the solver's loops start their
+    # carries from constants that become per-member values
+    solutions = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
+        pad(q0), pad(omega0), pad(init)
+    )
+    return jtu.tree_map(lambda x: x[:size], solutions)
