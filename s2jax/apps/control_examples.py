@@ -4,8 +4,9 @@
 2. double spherical pendulum swing-up with a torque on the first link only;
 3. 001 §V chain (n = 3) to a given configuration against a known tip force.
 
-Each is solved by iLQR (`s2jax.control.ILQR`); the figure shows the controls, the energy and the
-path of every body on its sphere.
+Each is solved by iLQR (`s2jax.control.ILQR`), the pendubot from six guesses (`control.multi_start`,
+the best kept: its default guess finds a worse local optimum); the figure shows the controls, the
+energy and the path of every body on its sphere.
 """
 
 import pathlib
@@ -17,10 +18,21 @@ import numpy as np
 from .. import control, energy, io
 from ..control import examples
 
+
+def _pendubot_starts(problem):
+    """Six guesses for `multi_start` (`examples.torque_sweep`): the pendubot has several local
+    optima, and its default guess finds J = 5.9206, four of these 5.3532."""
+    bound, natural = float(problem.upper[0]), 1.0  # √(g/l) with l = g
+    return examples.torque_sweep(problem, [0.1 * bound, 0.6 * bound], [0.7 * natural, natural, 1.4 * natural])
+
+
 EXAMPLES = {
-    1: ("swing-up of a spherical pendulum", examples.spherical_pendulum_swing_up),
-    2: ("swing-up of a double spherical pendulum, torque on link 1", examples.double_pendulum_swing_up),
-    3: ("001 §V chain (n = 3) against a tip force", examples.chain_with_disturbance),
+    1: ("swing-up of a spherical pendulum", examples.spherical_pendulum_swing_up, None),
+    2: (
+        "swing-up of a double spherical pendulum, torque on link 1", examples.double_pendulum_swing_up,
+        _pendubot_starts,
+    ),
+    3: ("001 §V chain (n = 3) against a tip force", examples.chain_with_disturbance, None),
 }
 
 
@@ -68,14 +80,20 @@ def run(numbers, out: pathlib.Path):
     """Solve, print a line per example, and write `control_<k>.png` to `out`."""
     out.mkdir(parents=True, exist_ok=True)
     for number in numbers:
-        title, build = EXAMPLES[number]
+        title, build, starts = EXAMPLES[number]
         problem, q0, omega0, init = build()
         start = time.perf_counter()
-        solution = jax.block_until_ready(control.solve(problem, q0, omega0, solver=control.ILQR(), init=init))
+        if starts is None:
+            solution = jax.block_until_ready(control.solve(problem, q0, omega0, solver=control.ILQR(), init=init))
+            how = f"{int(solution.num_iterations)} iLQR iterations"
+        else:
+            solution, every = control.multi_start(problem, q0, omega0, starts(problem), solver=control.ILQR())
+            costs = ", ".join(f"{c:.5g}" for c in np.asarray(every.cost))
+            how = f"best of {every.cost.shape[0]} starts (J = {costs}; the not converged included)"
         seconds = time.perf_counter() - start
         print(
-            f"control {number} ({title}): {int(solution.num_iterations)} iLQR iterations, "
-            f"{int(solution.num_outer_iterations)} multiplier updates, {seconds:.1f} s with compilation; "
-            f"cost {float(solution.cost):.6g}, terminal constraint |c| = {float(solution.constraint_violation):.2e}"
+            f"control {number} ({title}): {how}, {int(solution.num_outer_iterations)} multiplier updates, "
+            f"{seconds:.1f} s with compilation; cost {float(solution.cost):.6g}, terminal constraint "
+            f"|c| = {float(solution.constraint_violation):.2e}"
         )
         plot(problem, solution, f"control example {number}: {title}", out / f"control_{number}.png")
