@@ -255,29 +255,38 @@ def test_receding_horizon_records_the_simulation_of_its_controls(kind):
 @pytest.mark.slow
 @_kinds("diagonal", "chain", "general", "hamiltonian")
 def test_the_feedback_policy_and_real_time_mpc_follow_the_plan(kind):
-    """At iLQR's optimum of the 6-step problem: `simulate` running `feedback_policy` from the plan's
-    initial state retraces the plan (δx = 0, so u = ū); real-time MPC (one iteration per step, 3
-    steps applied per solve, the plant the model) applies the optimum's controls, since each
-    iteration starts on the converged plan (the second from its own shifted prediction, which
-    the measured state then equals), and records `simulate`'s run of them."""
+    """At iLQR's optimum of the 6-step problem (the `RealTimeController`'s first solve): `simulate`
+    running `feedback_policy` from the plan's initial state retraces the plan (δx = 0, so u = ū);
+    real-time MPC from Python (one iteration per call, 3 controls applied per call, a `Stepper`
+    of the same plan as the plant) applies the optimum's controls first, since its iteration
+    starts on the converged plan, and its plant steps are `simulate`'s run of what it applied.
+    (`receding_horizon(real_time_iterations=…)` runs the same iterations in the graph:
+    tests/test_real_time.py checks the two against each other.)"""
     problem = _problem(kind)
-    solution = s2.control.solve(problem, kind.q0, kind.omega0, solver=s2.control.ILQR(rtol=1e-14), throw=False)
+    controller = s2.control.RealTimeController(
+        problem, kind.q0, kind.omega0, solver=s2.control.ILQR(rtol=1e-14), steps_per_solve=3
+    )
+    solution = controller.solution
     assert solution.result == s2.RESULTS.successful
     policy = s2.control.feedback_policy(problem, solution)
     replay = kind.simulate(force=FORCE, num_steps=NUM_STEPS, controls=policy)
     np.testing.assert_allclose(replay.q, solution.q, rtol=0, atol=1e-13)
     np.testing.assert_allclose(replay.omega, solution.omega, rtol=0, atol=1e-13)
-    closed = s2.control.receding_horizon(
-        problem, kind.q0, kind.omega0, solver=s2.control.ILQR(rtol=1e-14), num_solves=2, steps_per_solve=3,
-        real_time_iterations=1,
-    )
-    assert closed.result == s2.RESULTS.successful
-    assert np.all(np.asarray(closed.results._value) == s2.RESULTS.successful._value)
-    # Past the first 3 steps the horizon has receded: the second solve's problem is not the first's.
+    forced = {"force": FORCE} if kind.system is None else {}  # a system carries its own force
+    model = kind.lagrangian if kind.system is None else kind.system(FORCE)
+    plant = s2.Stepper(model, kind.q0, kind.omega0, kind.params, dt=DT, u0=np.zeros(3), **forced)
+    q, omega, applied = jnp.asarray(kind.q0), jnp.asarray(kind.omega0), []
+    for _ in range(2):
+        controls = controller(q, omega)
+        assert controller.result == s2.RESULTS.successful
+        for u in controls:
+            q, omega = plant(q, omega, u, len(applied) * DT)
+            applied.append(u)
     # The solve stops where J changes by ≤ 1e-14 |J|, its controls ~√1e-14 = 1e-7 (relative) from
     # the optimum that the extra iteration steps towards (measured: 1e-8 to 1.7e-7 of max|u|).
     scale = float(jnp.max(jnp.abs(solution.controls)))
-    np.testing.assert_allclose(closed.controls[:3], solution.controls[:3], rtol=0, atol=1e-6 * scale)
-    again = kind.simulate(force=FORCE, num_steps=NUM_STEPS, controls=closed.controls)
-    np.testing.assert_allclose(closed.q, again.q, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(closed.omega, again.omega, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(jnp.stack(applied[:3]), solution.controls[:3], rtol=0, atol=1e-6 * scale)
+    again = kind.simulate(force=FORCE, num_steps=NUM_STEPS, controls=jnp.stack(applied))
+    # each plant step starts its integrator afresh (as in the receding-horizon test above)
+    np.testing.assert_allclose(q, again.q[-1], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(omega, again.omega[-1], rtol=0, atol=1e-13)
