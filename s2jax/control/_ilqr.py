@@ -294,7 +294,7 @@ class ILQR(AbstractControlSolver):
             # α ≤ 1e-3. Every trial, the first included, runs in the loop's body: the rollout is
             # then traced and compiled once, not twice (the program is the control's largest).
             def search_cond(state):
-                alpha, (_, accept), _ = state
+                alpha, (_, accept) = state
                 return ~accept & (alpha > 1e-3)
 
             def search_body(state):
@@ -303,34 +303,22 @@ class ILQR(AbstractControlSolver):
                 trial = (q1, omega1, controls1, objective(q1, omega1, controls1, failed))
                 expected = alpha * decrease[0] + alpha**2 * decrease[1]
                 accept = trial[3] < cost + 1e-4 * jnp.minimum(expected, 0.0)
-                full_step = jax.tree.map(lambda new, old: jnp.where(alpha == 1.0, new, old), trial, state[2])
-                return alpha, (trial, accept), full_step
+                return alpha, (trial, accept)
 
-            untried = (q, omega, controls, jnp.asarray(jnp.inf, q.dtype))
-            start = (jnp.asarray(2.0, q.dtype), (untried, jnp.array(False)), untried)
-            alpha, (trial, accept), full_step = lax.while_loop(search_cond, search_body, start)
+            untried = ((q, omega, controls, jnp.asarray(jnp.inf, q.dtype)), jnp.array(False))
+            _, (trial, accept) = lax.while_loop(search_cond, search_body, (jnp.asarray(2.0, q.dtype), untried))
             # Stationary: the full step of the quadratic model, undamped beyond the initial μ,
-            # promises at most rtol·|J|. At an optimum where J = 0 (e.g. u = 0 holding an
-            # equilibrium) no trial can lower J, so the line search always fails: without this test
-            # μ grew to its cap and the optimum was reported as not converged.
+            # promises at most rtol·|J| (the step is still taken if the line search accepts it).
+            # At an optimum where J = 0 (e.g. u = 0 holding an equilibrium) no trial can lower J,
+            # so the line search always fails: without this test μ grew to its cap and the
+            # optimum was reported as not converged.
             predicted = -(decrease[0] + decrease[1])
             stationary = ok & (mu <= self.regularisation) & (predicted <= self.rtol * jnp.abs(cost))
-            # At a stationary point whose line search failed, the change the full step promises is
-            # below what J can resolve (rounding), not a sign that the step is wrong: the model is
-            # exact to second order there, so the full step is taken (a last Newton step). Without
-            # it the controls stopped where |∂J/∂u| was 3e-8, not at the round-off floor (2e-9),
-            # 5e-7 off in a test of the optimum's derivatives.
-            polish = stationary & ~accept & jnp.isfinite(full_step[3])
-            trial = jax.tree.map(lambda full, damped: jnp.where(polish, full, damped), full_step, trial)
-            accept = (accept & ok) | polish
+            accept = accept & ok
             q_new, omega_new, controls_new, cost_new = jax.tree.map(
                 lambda new, old: jnp.where(accept, new, old), trial, (q, omega, controls, cost)
             )
-            # A small change of J counts only after the full step: a damped step (α < 1) can change J
-            # by little while the controls are still far from the optimum's (J is stationary there,
-            # so its change is quadratic in theirs).
-            full = (alpha == 1.0) | polish
-            converged = stationary | (accept & full & (jnp.abs(cost - cost_new) <= self.rtol * jnp.abs(cost)))
+            converged = stationary | (accept & (jnp.abs(cost - cost_new) <= self.rtol * jnp.abs(cost)))
             mu = jnp.where(accept | stationary, jnp.maximum(mu / 10, 1e-9), mu * 10)
             values = values.at[k].set(cost_new)
             stuck = mu > 1e10
