@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -184,3 +185,28 @@ def test_multi_start_finds_the_better_pendubot_optimum():
     assert np.max(np.abs(np.asarray(best.controls))) <= bound * (1 + 1e-12)
     cost = problem.dt * 1e-4 * np.sum(np.asarray(best.controls) ** 2)  # the example's running cost, 1e-4 |u|²
     assert cost == pytest.approx(float(best.cost), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_under_grad():
+    """Traced (its failure check then in the graph), `solve_many` differentiates: the gradient of
+    the members' summed optimal costs in g is the sum of each member's `solve` gradient (both by
+    implicit differentiation at the optimum)."""
+    q0, omega0 = _starts(2)
+
+    def problem(g):
+        target = jnp.asarray(TARGET)
+        return s2.control.Problem(
+            pendulum.lagrangian, {"m": 1.0, "r": 1.0, "g": g}, s2.forces.PivotTorque(0), 0.02, 20,
+            running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+            terminal_cost=lambda q, omega: 100.0 * jnp.sum((q - target) ** 2) + jnp.sum(omega**2),
+            integrator=s2.ExplicitVariationalIntegrator(),  # the eager plan's, also from traced g
+        )
+
+    solver = s2.control.ILQR(rtol=1e-15)
+    total = jax.grad(lambda g: jnp.sum(s2.control.solve_many(problem(g), q0, omega0, solver=solver).cost))(9.81)
+    each = sum(
+        jax.grad(lambda g, b=b: s2.control.solve(problem(g), q0[b], omega0[b], solver=solver).cost)(9.81)
+        for b in range(2)
+    )
+    np.testing.assert_allclose(total, each, rtol=1e-10)

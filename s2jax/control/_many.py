@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, PartitionSpec
 
+from .._errors import error_if
 from .._jit import filter_jit
 from .._results import RESULTS
 from .._validation import check_initial_state
@@ -60,22 +61,32 @@ def solve_many(
     - `throw`: raise `SimulationError` naming the first member (batch index) that did not
       converge or failed; with `throw=False` each member's code is in `result`.
 
+    Works under `jax.jit` and `jax.grad` (the optimum's derivatives, as `solve`'s, by implicit
+    differentiation); the initial states are checked before compiling when they are concrete.
+
     **Returns:** a `ControlSolution` whose fields have a leading axis of size B.
     """
     if batch not in ("map", "vmap"):
         raise ValueError(f"batch must be 'map' or 'vmap'; got {batch!r}")
     q0, omega0, init, size = _members(problem, q0, omega0, init)
-    for b in range(size):
-        try:
-            check_initial_state(q0[b], omega0[b], problem.dt)
-        except ValueError as error:
-            raise ValueError(f"solve_many, member {b}: {error}") from None
+    if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):  # else checked in the graph
+        for b in range(size):
+            try:
+                check_initial_state(q0[b], omega0[b], problem.dt)
+            except ValueError as error:
+                raise ValueError(f"solve_many, member {b}: {error}") from None
     planned = problem.planned(q0[0], omega0[0])
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
     solutions = _solve_many(planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh, batch)
     if throw:
-        _raise_if_failed(np.asarray(solutions.result._value))
+        codes = solutions.result._value
+        if isinstance(codes, jax.core.Tracer):  # under the user's jit or grad: checked in the graph, as `solve` does
+            # one answer for the whole batch (`error_if` answers in its first operand's shape)
+            failed = jnp.any(codes != RESULTS.successful._value)
+            solutions = error_if(solutions, failed, lambda _, codes: _raise_if_failed(codes), failed, codes)
+        else:
+            _raise_if_failed(np.asarray(codes))
     return solutions
 
 
