@@ -62,6 +62,7 @@ from ._integrators import (
     RungeKutta2WithReprojection as RungeKutta2WithReprojection,
     RungeKutta4 as RungeKutta4,
     StormerVerlet as StormerVerlet,
+    Substeps as Substeps,
     VariationalIntegrator as VariationalIntegrator,
 )
 from ._jit import compiler_options as compiler_options, configure_xla_flags as _configure_xla_flags

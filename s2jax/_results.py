@@ -58,6 +58,11 @@ class RESULTS(eqx.Enumeration):
         "a real-time iteration of model predictive control was refused (a Q_uu not positive definite, or the "
         "rollout of its full step failed): the previous prediction's controls were applied"
     )
+    continuous_miss_above_fidelity = (
+        "the controls are optimal for the discrete model, but the continuous system they drive misses its "
+        "trajectory by more than Problem.fidelity (ControlSolution.continuous_miss): refine the dynamics with "
+        "Problem(substeps=...), which solve does itself outside jax.jit / jax.vmap / jax.grad, or pass fidelity=None"
+    )
 
 
 def _names(values) -> np.ndarray:

@@ -27,6 +27,8 @@ def _label(integrator) -> str:
     inner = getattr(integrator, "integrator", None)
     if inner is None:
         return f"`{type(integrator).__name__}`"
+    if isinstance(integrator, s2.Substeps):
+        return f"`Substeps({type(inner).__name__}(), {integrator.count})`"
     return f"`Composition({type(inner).__name__}(), order={integrator.order}, method=\"{integrator.method}\")`"
 
 

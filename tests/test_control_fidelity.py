@@ -1,9 +1,11 @@
-"""Issue 31, item 1: a control solution's estimate of how far the continuous system, driven by its
-controls, ends from it (`ControlSolution.continuous_miss`), against an independent tight solve
-of the continuous equations (a point mass on a rod in Cartesian coordinates, DOP853 at 1e-12,
+"""Issue 31, item 1: every control solution's estimate of how far the continuous system, driven by
+its controls, runs from the model (`ControlSolution.continuous_miss`), and `solve` refining the
+model's sub-steps until that miss is within `Problem.fidelity`, both against an independent tight
+solve of the continuous equations (a point mass on a rod in Cartesian coordinates, DOP853 at 1e-12,
 `cartesian_chain_reference`), the controls held over each step."""
 
 import cartesian_chain_reference as cartesian
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,41 +14,93 @@ import s2jax as s2
 from s2jax.models import spherical_pendulum as pendulum
 
 TARGET = jnp.array([[0.6, 0.0, 0.8]])
+Q0, OMEGA0 = np.array([[0.0, 0.6, 0.8]]), np.zeros((1, 3))
 
 
-def _solve(num_steps):
+def _reach(num_steps, fidelity=None):
     """test_control's reach problem (0.4 s towards TARGET), in `num_steps` steps."""
-    problem = s2.control.Problem(
+    return s2.control.Problem(
         pendulum.lagrangian, {"m": 1.0, "r": 1.0, "g": 9.81}, s2.forces.PivotTorque(0), 0.4 / num_steps, num_steps,
         running_cost=lambda t, q, omega, u: jnp.sum(u**2),
         terminal_cost=lambda q, omega: 100.0 * jnp.sum((q - TARGET) ** 2) + jnp.sum(omega**2),
+        fidelity=fidelity,
     )
-    q0, omega0 = np.array([[0.0, 0.6, 0.8]]), np.zeros((1, 3))
-    return problem, s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR())
 
 
-def _continuous_final_state(problem, solution):
-    """The Cartesian reference, one solve per step with that step's control held."""
+def _true_miss(problem, solution):
+    """max over the control instants and bodies of max(|Δq|, |Δω|) against the Cartesian
+    reference, one DOP853 solve per step with that step's control held."""
     q, omega = np.asarray(solution.q[0]), np.asarray(solution.omega[0])
-    for u in np.asarray(solution.controls):
+    miss = 0.0
+    for k, u in enumerate(np.asarray(solution.controls)):
         q, omega = cartesian.solve(q, omega, [1.0], [1.0], 9.81, lambda t, u=u: u, np.zeros(3), problem.dt)
-    return q, omega
+        distances = [np.linalg.norm(np.asarray(solution.q[k + 1]) - q, axis=-1)]
+        distances.append(np.linalg.norm(np.asarray(solution.omega[k + 1]) - omega, axis=-1))
+        miss = max(miss, float(np.max(distances)))
+    return miss
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("num_steps", [10, 20])
 def test_the_estimated_miss_is_the_continuous_systems(num_steps):
-    problem, solution = _solve(num_steps)
-    miss_q, miss_omega = solution.continuous_miss(problem)
-    q, omega = _continuous_final_state(problem, solution)
-    true_q = np.max(np.linalg.norm(np.asarray(solution.q[-1]) - q, axis=-1))
-    true_omega = np.max(np.linalg.norm(np.asarray(solution.omega[-1]) - omega, axis=-1))
-    assert true_q > 1e-4  # the VI's O(h²) miss at this step: a check that can fail
-    # The estimate's own error is RK4's at h/8, O(h⁴/8⁴): measured 2.4e-7 (10 steps) and 6e-8 (20
-    # steps) of the miss, which falls 4× per halving of h (1.17e-3, 2.9e-4, 7.3e-5 for 10, 20, 40).
-    np.testing.assert_allclose(miss_q, true_q, rtol=1e-5)
-    np.testing.assert_allclose(miss_omega, true_omega, rtol=1e-5)
-    with pytest.raises(TypeError, match="must be the s2jax.control.Problem solved"):
-        solution.continuous_miss("problem")
-    with pytest.raises(ValueError, match="`refinement` must be a positive int"):
-        solution.continuous_miss(problem, refinement=0)
+    problem = _reach(num_steps)  # fidelity=None: the model at one step per control step
+    solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
+    true = _true_miss(problem, solution)
+    assert solution.substeps == 1 and true > 1e-4  # the VI's O(h²) miss at this step: a check that can fail
+    # The estimate's own error is RK4's at h/8, O(h⁴/8⁴): measured ~1e-7 of the miss, which
+    # falls 4× per halving of h (1.2e-3 and 2.9e-4 in q for 10 and 20 steps).
+    np.testing.assert_allclose(solution.continuous_miss, true, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelity():
+    """At 10 steps the reach's miss is ~2e-3; asked for 5e-4, `solve` refines to the sub-steps
+    that the O(h²) law predicts, and the independent reference confirms the miss. Under
+    `jax.jit` it cannot refine: it reports the miss with its code, or raises."""
+    coarse = s2.control.solve(_reach(10), Q0, OMEGA0, solver=s2.control.ILQR())
+    problem = _reach(10, fidelity=5e-4)
+    solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
+    assert coarse.continuous_miss > 5e-4 and solution.result == s2.RESULTS.successful
+    # the power of two at or above (1.25 m / f)^(1/2)
+    expected = 2 ** int(np.ceil(np.log2(np.sqrt(1.25 * float(coarse.continuous_miss) / 5e-4))))
+    assert solution.substeps == expected > 1
+    true = _true_miss(problem, solution)
+    assert true <= 5e-4
+    np.testing.assert_allclose(solution.continuous_miss, true, rtol=1e-4)
+    # the solution is the refined model's trajectory of its controls
+    replay = problem.with_substeps(solution.substeps).simulate(Q0, OMEGA0, solution.controls)
+    np.testing.assert_allclose(replay.q, solution.q, rtol=0, atol=1e-14)
+
+    def traced(q0, throw):
+        return s2.control.solve(problem, q0, OMEGA0, solver=s2.control.ILQR(), throw=throw)
+
+    inside = jax.jit(lambda q0: traced(q0, False))(Q0)
+    assert inside.result == s2.RESULTS.continuous_miss_above_fidelity and inside.substeps == 1
+    np.testing.assert_allclose(inside.continuous_miss, coarse.continuous_miss, rtol=1e-10)
+    with pytest.raises(Exception, match="more than Problem.fidelity"):
+        jax.jit(lambda q0: traced(q0, True))(Q0)
+
+
+def test_substeps_take_the_base_method_at_the_finer_step():
+    """`Substeps(base, 4)` at h with u_k held is `base` at h/4 with each u_k repeated 4 times."""
+    problem = _reach(10)
+    controls = 0.3 * jnp.sin(jnp.arange(30.0)).reshape(10, 3)
+    base = s2.ExplicitVariationalIntegrator()
+    options = {"force": problem.force, "throw": True}
+    refined = s2.simulate(
+        pendulum.lagrangian, Q0, OMEGA0, problem.params, dt=problem.dt, num_steps=10,
+        integrator=s2.Substeps(base, 4), controls=controls, **options,
+    )
+    fine = s2.simulate(
+        pendulum.lagrangian, Q0, OMEGA0, problem.params, dt=problem.dt / 4, num_steps=40, integrator=base,
+        controls=jnp.repeat(controls, 4, axis=0), save_every=4, **options,
+    )
+    np.testing.assert_allclose(refined.q, fine.q, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(refined.omega, fine.omega, rtol=0, atol=1e-13)
+    assert s2.Substeps(base, 4).order == 2 and s2.Substeps(base, 4).is_symmetric
+    with pytest.raises(ValueError, match="count ≥ 1"):
+        s2.Substeps(base, 0)
+    with pytest.raises(ValueError, match="`fidelity` must be a positive float or None"):
+        _reach(10, fidelity=-1.0)
+    with pytest.raises(ValueError, match="`substeps` must be an int ≥ 1"):
+        problem.with_substeps(0)

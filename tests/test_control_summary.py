@@ -17,7 +17,9 @@ TARGET = np.array([[0.0, 0.6, 0.8]])
 CONTROLS = np.array([[1.0, -0.5, 0.0], [0.25, 1.0, -1.0], [0.0, 0.0, 0.5], [-0.75, 0.0, 0.0]])
 
 
-def _solution(result=RESULTS.successful, rounds=3, max_rounds=5, cost=1.25, scale=1.0) -> s2.control.ControlSolution:
+def _solution(
+    result=RESULTS.successful, rounds=3, max_rounds=5, cost=1.25, scale=1.0, miss=2.5e-3
+) -> s2.control.ControlSolution:
     """Four steps of a spherical pendulum at rest, q_N = (0.6, 0, 0.8) and ω_N = (0, 0, 0.5)."""
     q = np.tile([[0.0, 0.0, 1.0]], (5, 1, 1))
     q[-1] = [[0.6, 0.0, 0.8]]
@@ -33,6 +35,7 @@ def _solution(result=RESULTS.successful, rounds=3, max_rounds=5, cost=1.25, scal
         jnp.asarray(scale * CONTROLS), DT * jnp.arange(5.0), jnp.asarray(q), jnp.asarray(omega), jnp.asarray(cost),
         jnp.asarray(history), jnp.asarray(violations[rounds - 1]), result, jnp.asarray(iterations.sum()),
         jnp.asarray(rounds), jnp.asarray(iterations), jnp.asarray(violations), jnp.zeros(6), jnp.asarray(10.0),
+        jnp.asarray(miss), 2,
     )
 
 
@@ -58,7 +61,11 @@ def test_the_summary_of_one_solve_shows_its_fields():
         "  cost J = 1.25; constraint violation max|c| = 5.00e-07",
         "  iterations: 9 inner in 3 augmented-Lagrangian rounds; max|c| after each: 5.0e-01, 5.0e-04, 5.0e-07",
         f"  controls: 4 steps of shape (3,), components from -1 to 1, max |u_k| = {largest_norm:.4g}",
+        "  continuous-time miss 2.50e-03 (the continuous system driven by these controls, against the model at 2 "
+        "sub-steps per step)",
     ]
+    # MPC's solves do not estimate it
+    assert "  continuous-time miss not estimated (" in _solution(miss=np.nan).summary()
 
 
 def test_the_summary_with_the_problem_splits_the_cost_and_measures_the_target_and_the_bounds():
@@ -66,7 +73,7 @@ def test_the_summary_with_the_problem_splits_the_cost_and_measures_the_target_an
     components at ±1."""
     text = _solution().summary(_problem())
     running = DT * np.sum(CONTROLS**2)
-    assert text.splitlines()[4:] == [
+    assert text.splitlines()[5:] == [
         f"  J = running Σ h ℓ {running:.6g} + terminal Φ 0.25; terminal constraint |c(q_N, ω_N)| = "
         f"{0.6 * np.sqrt(2):.2e}",
         "  25.0 % of the control components at a bound",
@@ -96,15 +103,18 @@ def test_the_summary_of_a_batch_counts_the_results_and_lists_the_first_members()
     members[3] = _solution(RESULTS.optimisation_not_converged, rounds=2, cost=9.5)
     batch = _stack(*members)
     lines = batch.summary(_problem()).splitlines()
-    assert lines[0] == "ControlSolution: a batch of 12, 4 steps of controls of shape (3,) each"
+    assert lines[0] == (
+        "ControlSolution: a batch of 12, 4 steps of controls of shape (3,) each, the model at 2 sub-steps per step"
+    )
     assert lines[1] == "  11 of 12 successful (optimisation_not_converged: 1)"
     assert len(lines) == 2 + 10 + 1
     assert lines[2].startswith(
-        "  [0] RESULTS.successful; J = 1, max|c| = 5.00e-07, 9 iterations in 3 rounds, u from -1 to 1; |c(q_N, ω_N)|"
+        "  [0] RESULTS.successful; J = 1, max|c| = 5.00e-07, miss 2.50e-03, 9 iterations in 3 rounds, u from -1 to 1; "
+        "|c(q_N, ω_N)|"
     )
     assert lines[5] == (
-        "  [3] RESULTS.optimisation_not_converged; J = 9.5, max|c| = 5.00e-04, 5 iterations in 2 rounds, u from -1 "
-        f"to 1; |c(q_N, ω_N)| = {0.6 * np.sqrt(2):.2e}, 25.0 % at a bound"
+        "  [3] RESULTS.optimisation_not_converged; J = 9.5, max|c| = 5.00e-04, miss 2.50e-03, 5 iterations in 2 "
+        f"rounds, u from -1 to 1; |c(q_N, ω_N)| = {0.6 * np.sqrt(2):.2e}, 25.0 % at a bound"
     )
     assert lines[-1] == "  … 2 more; over all members: J from 1 to 12, max|c| ≤ 5.00e-04, 5 to 9 iterations"
 

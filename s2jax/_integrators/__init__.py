@@ -19,6 +19,7 @@ from .runge_kutta import (
     RungeKutta2WithReprojection as RungeKutta2WithReprojection,
     RungeKutta4 as RungeKutta4,
 )
+from .substeps import Substeps as Substeps
 from .variational import (
     ExplicitVariationalIntegrator as ExplicitVariationalIntegrator,
     VariationalIntegrator as VariationalIntegrator,
@@ -32,6 +33,7 @@ REGISTRY = (
     DiscreteHamelIntegrator(),
     Composition(VariationalIntegrator(), order=4),
     Composition(Rattle(), order=6, method="kahan_li"),
+    Substeps(Rattle(), 2),
     GeneralVariationalIntegrator(),
     HamiltonianRattle(),
     RungeKutta2(),

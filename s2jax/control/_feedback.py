@@ -92,7 +92,8 @@ def feedback_policy(problem: Problem, solution: ControlSolution, *, penalty=None
         raise TypeError(f"`solution` must be an s2jax.control.ControlSolution; got {type(solution).__name__}")
     if solution.q.ndim != 3:
         raise ValueError("feedback_policy takes one solution; for a batch, jax.vmap it over the solutions")
-    planned = problem.planned(solution.q[0], solution.omega[0])
+    # the dynamics the solution is optimal for: with the sub-steps `solve` may have refined to
+    planned = problem.with_substeps(solution.substeps).planned(solution.q[0], solution.omega[0])
     penalty = solution.penalty if penalty is None else jnp.asarray(penalty, solution.q.dtype)
     gains, basis, ok = _gains(planned, solution.q, solution.omega, solution.controls, solution.multipliers, penalty)
     if not isinstance(ok, jax.core.Tracer) and not bool(ok):

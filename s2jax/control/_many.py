@@ -26,7 +26,7 @@ from .._jit import filter_jit
 from .._results import RESULTS
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
-from ._solve import _raise_if_failed, solve_in_graph
+from ._solve import _raise_if_failed, refine, solve_in_graph
 from ._solver import AbstractControlSolver
 
 _AXIS = "members"
@@ -63,6 +63,9 @@ def solve_many(
 
     Works under `jax.jit` and `jax.grad` (the optimum's derivatives, as `solve`'s, by implicit
     differentiation); the initial states are checked before compiling when they are concrete.
+    `Problem.fidelity` is met as by `solve`: outside a trace, where a member's continuous miss is
+    over it, the whole batch is solved again from its controls with the sub-steps that the
+    largest such miss needs (`solutions.substeps`).
 
     **Returns:** a `ControlSolution` whose fields have a leading axis of size B.
     """
@@ -75,10 +78,17 @@ def solve_many(
                 check_initial_state(q0[b], omega0[b], problem.dt)
             except ValueError as error:
                 raise ValueError(f"solve_many, member {b}: {error}") from None
-    planned = problem.planned(q0[0], omega0[0])
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
-    solutions = _solve_many(planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh, batch)
+
+    def run(problem, init):
+        planned = problem.planned(q0[0], omega0[0])
+        return _solve_many(planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh, batch)
+
+    solutions = run(problem, init)
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, q0, omega0, init))):
+        # one count of sub-steps for the batch: the one its largest miss needs
+        solutions = refine(run, problem, q0[0], omega0[0], solutions)
     if throw:
         codes = solutions.result._value
         if isinstance(codes, jax.core.Tracer):  # under the user's jit or grad: checked in the graph, as `solve` does

@@ -21,7 +21,7 @@ import numpy as np
 from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
-from .._integrators import AbstractIntegrator, AutoIntegrator, RungeKutta4
+from .._integrators import AbstractIntegrator, AutoIntegrator, RungeKutta4, Substeps
 from .._plan import Plan, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate
@@ -30,6 +30,9 @@ from .._stepper import step_once
 from .._summary import solution_repr
 from .._system import AbstractSystem
 from .._validation import trace_floats
+
+DEFAULT_FIDELITY = 1e-2
+"""`Problem.fidelity`'s default: the continuous-time miss accepted (0.6° of a body's direction)."""
 
 
 class Problem(eqx.Module):
@@ -53,6 +56,13 @@ class Problem(eqx.Module):
     - `integrator`: the integrator of the dynamics; None (default) is `simulate`'s automatic
       choice (`s2jax.AutoIntegrator`): `VariationalIntegrator` for a Lagrangian of (2.2),
       `GeneralVariationalIntegrator` for any other L, `HamiltonianRattle` for a Hamiltonian.
+    - `substeps`: integrator steps of h / substeps per control step (default 1): the controls
+      stay held over each step of h, the dynamics' error falls by substeps^p (`s2jax.Substeps`).
+    - `fidelity`: the largest continuous-time miss accepted (default 1e-2; None: no check). The
+      miss is the distance, over the control instants t_0 … t_N and the bodies, between the
+      model's trajectory and the continuous system driven by the same held controls, in q (a
+      unit vector) and in ω (rad/s): `ControlSolution.continuous_miss`. `solve` refines
+      `substeps` until the miss of its solution is below it (see `solve`).
 
     `solve` and `receding_horizon` make the plan once, before compiling (`planned`), so that
     every step the solver linearises is the step `simulate` runs.
@@ -72,6 +82,8 @@ class Problem(eqx.Module):
     upper: Float[Array, "..."] | None = None
     control_shape: tuple[int, ...] = eqx.field(static=True, default=(3,))
     integrator: AbstractIntegrator | AutoIntegrator | None = None
+    substeps: int = eqx.field(static=True, default=1)
+    fidelity: float | None = eqx.field(static=True, default=DEFAULT_FIDELITY)
 
     def __check_init__(self):
         if (self.lower is None) != (self.upper is None):
@@ -82,6 +94,10 @@ class Problem(eqx.Module):
             raise ValueError(f"need dt > 0 and num_steps ≥ 1; got dt = {self.dt}, num_steps = {self.num_steps}")
         if self.bounded:
             _check_bounds(self.lower, self.upper, self.control_shape)
+        if isinstance(self.substeps, bool) or not isinstance(self.substeps, int) or self.substeps < 1:
+            raise ValueError(f"`substeps` must be an int ≥ 1; got {self.substeps!r}")
+        if self.fidelity is not None and not (isinstance(self.fidelity, (int, float)) and self.fidelity > 0):
+            raise ValueError(f"`fidelity` must be a positive float or None; got {self.fidelity!r}")
 
     @property
     def bounded(self) -> bool:
@@ -99,21 +115,34 @@ class Problem(eqx.Module):
 
     def plan(self, q0, omega0) -> Plan:
         """The plan of the dynamics (`simulate`'s): the system, with this problem's force, and the
-        integrator. Idempotent: the plan of a `planned` problem is the plan it holds."""
+        integrator (in `Substeps` for `substeps` > 1). Idempotent: the plan of a `planned`
+        problem is the plan it holds."""
         if isinstance(self.lagrangian, AbstractSystem):
             system = dataclasses.replace(self.lagrangian, force=self.force)
-            return plan(system, q0, omega0, self.params, integrator=self.integrator)
-        return plan(self.lagrangian, q0, omega0, self.params, integrator=self.integrator, force=self.force)
+            the_plan = plan(system, q0, omega0, self.params, integrator=self.integrator)
+        else:
+            the_plan = plan(self.lagrangian, q0, omega0, self.params, integrator=self.integrator, force=self.force)
+        if self.substeps == 1:
+            return the_plan
+        return the_plan._replace(integrator=Substeps(the_plan.integrator, self.substeps))
+
+    def with_substeps(self, substeps: int) -> "Problem":
+        """This problem with `substeps` sub-steps per control step: e.g.
+        `problem.with_substeps(solution.substeps)`, the dynamics a solution is optimal for
+        (`solve` may refine them to meet `fidelity`), to replay or simulate its controls."""
+        return dataclasses.replace(self, substeps=substeps)
 
     def planned(self, q0, omega0) -> "Problem":
         """This problem with its plan made: `lagrangian` the planned system and `integrator` the
-        chosen one, and its float params as arrays (new values then do not recompile). Made
-        eagerly (concrete params) it holds what the form check of (2.2) found, which inside a
-        compiled solve, where the params are traced, could not be found."""
+        chosen one (without the sub-steps, which `plan` adds), and its float params as arrays (new
+        values then do not recompile). Made eagerly (concrete params) it holds what the form
+        check of (2.2) found, which inside a compiled solve, where the params are traced, could
+        not be found."""
         the_plan = self.plan(q0, omega0)
+        integrator = the_plan.integrator.integrator if self.substeps > 1 else the_plan.integrator
         # Float leaves as arrays, as `simulate` does: traced, so new values do not recompile.
         params = jax.tree_util.tree_map(trace_floats, self.params)
-        return dataclasses.replace(self, lagrangian=the_plan.system, integrator=the_plan.integrator, params=params)
+        return dataclasses.replace(self, lagrangian=the_plan.system, integrator=integrator, params=params)
 
     def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
         """The trajectory of `controls` from (q0, ω0): every step saved."""
@@ -180,7 +209,37 @@ def _broadcast_shape(shape, control_shape) -> tuple[int, ...] | None:
 
 
 MISS_REFINEMENT = 8
-"""Substeps per step of `ControlSolution.continuous_miss`'s reference re-simulation."""
+"""Reference steps per model step of `continuous_miss`: `RungeKutta4` at h / (8 · substeps)."""
+
+
+def continuous_miss(problem: Problem, q, omega, controls) -> Float[Array, ""]:
+    """How far the continuous system, driven by `controls`, runs from the model's trajectory.
+
+    Controls optimal for the *discrete* model (the problem's integrator, `substeps` steps per
+    control step h) drive the continuous system elsewhere by the integrator's error, O((h /
+    substeps)²) for the variational integrators: a swing-up that ends upright to 1e-7 in the
+    model can miss by 1e-2 on the continuous equations. This re-simulates the controls, held
+    over each step (zero-order hold), with `RungeKutta4` at h / (`MISS_REFINEMENT` · substeps)
+    (error O(h⁴) at a step 8 times finer, far below the model's), from (q_0, ω_0).
+
+    **Arguments:** the `problem`, the model's trajectory `q`, `omega` (N + 1, n, 3) and the
+    `controls` (N, …) that drove it.
+
+    **Returns:** max over the control instants k = 0 … N and the bodies i of
+    max(|q_k,i − q̂_i(t_k)|, |ω_k,i − ω̂_i(t_k)|), q̂, ω̂ the reference: dimensionless in q (a
+    unit vector), rad/s in ω; NaN where the reference failed.
+    """
+    the_plan = problem.plan(q[0], omega[0])
+    refinement = MISS_REFINEMENT * problem.substeps
+    reference = simulate(
+        the_plan.system, q[0], omega[0], problem.params, dt=problem.dt / refinement,
+        num_steps=problem.num_steps * refinement, integrator=RungeKutta4(),
+        controls=jnp.repeat(controls, refinement, axis=0), save_every=refinement, throw=False,
+    )
+    miss_q = jnp.linalg.norm(q - reference.q, axis=-1)
+    miss_omega = jnp.linalg.norm(omega - reference.omega, axis=-1)
+    miss = jnp.maximum(jnp.max(miss_q), jnp.max(miss_omega))
+    return jnp.where(reference.result == RESULTS.successful, miss, jnp.nan)
 
 
 class ControlSolution(eqx.Module):
@@ -206,10 +265,17 @@ class ControlSolution(eqx.Module):
       of the last round's objective J + λ·c + ρ/2 |c|² (λ empty and ρ the solver's initial one
       without constraints); `feedback_policy` expands that objective.
 
+    - `continuous_miss`: how far the continuous system, driven by these controls (held over each
+      step), runs from `q`, `omega` (which are the discrete model's): the largest distance over
+      t_0 … t_N and the bodies, in q and in ω (`continuous_miss`, a re-simulation with
+      `RungeKutta4` 8 times finer than the model's step). `constraint_violation` is the model's,
+      this is how far the real system is from the model.
+    - `substeps`: the `Problem.substeps` of the dynamics these controls are optimal for: the
+      problem's own, or more where `solve` refined them to meet `Problem.fidelity`; functions
+      that take the problem and a solution (`feedback_policy`) use it.
+
     `print(solution.summary(problem))` says in a few lines what the solve did; `repr` gives
-    the shapes, not the arrays; `solution.continuous_miss(problem)` estimates how far the
-    continuous system, driven by these controls, ends from `q[-1]`, `omega[-1]` (the trajectory
-    above is the discrete model's).
+    the shapes, not the arrays.
     """
 
     controls: Float[Array, "N ..."]
@@ -226,6 +292,8 @@ class ControlSolution(eqx.Module):
     round_violation: Float[Array, " rounds"]
     multipliers: Float[Array, " c"]
     penalty: Float[Array, ""]
+    continuous_miss: Float[Array, ""]
+    substeps: int = eqx.field(static=True, default=1)
 
     def summary(self, problem: Problem | None = None) -> str:
         """A few lines on what the solve did: the result and what it means, the cost J, the
@@ -250,40 +318,6 @@ class ControlSolution(eqx.Module):
         codes = np.asarray(self.result._value)
         extras = _problem_extras(self, problem, codes.shape) if problem is not None else None
         return (_batch_summary if codes.shape else _single_summary)(self, codes, extras)
-
-    def continuous_miss(self, problem: Problem, *, refinement: int = MISS_REFINEMENT) -> tuple[Array, Array]:
-        """How far the continuous system, driven by these controls, ends from this solution.
-
-        The controls are optimal for the *discrete* model (the problem's integrator at step h),
-        whose final state differs from the continuous system's by the integrator's error, O(h²)
-        for the variational integrators: a swing-up that ends upright to 1e-7 in the model can
-        miss by 1e-2 on the continuous equations. This re-simulates the controls, held over each
-        step (zero-order hold), with `RungeKutta4` at h / `refinement` (error O((h/refinement)⁴),
-        far below the model's), from the solution's initial state.
-
-        **Arguments:**
-
-        - `problem`: the `Problem` that was solved.
-        - `refinement`: substeps of the reference per step (default 8).
-
-        **Returns:** `(miss_q, miss_omega)`: max_i |q_N,i − q̂_N,i| and max_i |ω_N,i − ω̂_N,i|, q̂, ω̂
-        the reference's final state; arrays (per member, for a batch from `jax.vmap`, map this).
-        """
-        if not isinstance(problem, Problem):
-            raise TypeError(f"`problem` must be the s2jax.control.Problem solved; got {type(problem).__name__}")
-        if isinstance(refinement, bool) or not isinstance(refinement, int) or refinement < 1:
-            raise ValueError(f"`refinement` must be a positive int; got {refinement!r}")
-        q0, omega0 = self.q[0], self.omega[0]
-        the_plan = problem.plan(q0, omega0)
-        steps = problem.num_steps * refinement
-        reference = simulate(
-            the_plan.system, q0, omega0, problem.params, dt=problem.dt / refinement, num_steps=steps,
-            integrator=RungeKutta4(), controls=jnp.repeat(self.controls, refinement, axis=0), save_every=steps,
-            throw=False,
-        )
-        miss_q = jnp.max(jnp.linalg.norm(self.q[-1] - reference.q[-1], axis=-1))
-        miss_omega = jnp.max(jnp.linalg.norm(self.omega[-1] - reference.omega[-1], axis=-1))
-        return miss_q, miss_omega
 
     def __repr__(self) -> str:
         return solution_repr(self)
@@ -359,6 +393,8 @@ def _single_summary(solution: ControlSolution, codes, extras) -> str:
         "  iterations: " + _rounds(int(solution.num_iterations), np.asarray(solution.round_violation), outer),
         f"  controls: {controls.shape[0]} steps of shape {controls.shape[1:]}, components from {controls.min():.4g} "
         f"to {controls.max():.4g}, max |u_k| = {norms.max():.4g}",
+        f"  continuous-time miss {_miss(solution.continuous_miss)} (the continuous system driven by these controls, "
+        f"against the model at {solution.substeps} sub-step{'s' if solution.substeps != 1 else ''} per step)",
     ]
     if extras is not None:
         lines.append(
@@ -370,11 +406,17 @@ def _single_summary(solution: ControlSolution, codes, extras) -> str:
     return "\n".join(lines)
 
 
+def _miss(miss) -> str:
+    """The continuous-time miss as the summary writes it ("not estimated" for NaN: MPC's solves)."""
+    return "not estimated" if np.isnan(miss) else f"{float(miss):.2e}"
+
+
 def _member_line(solution: ControlSolution, name: str, index, extras) -> str:
     controls = np.asarray(solution.controls[index])
     text = (
         f"RESULTS.{name}; J = {float(solution.cost[index]):.6g}, max|c| = "
-        f"{float(solution.constraint_violation[index]):.2e}, {int(solution.num_iterations[index])} iterations in "
+        f"{float(solution.constraint_violation[index]):.2e}, miss {_miss(solution.continuous_miss[index])}, "
+        f"{int(solution.num_iterations[index])} iterations in "
         f"{int(solution.num_outer_iterations[index])} rounds, u from {controls.min():.4g} to {controls.max():.4g}"
     )
     if extras is not None:
@@ -391,7 +433,8 @@ def _batch_summary(solution: ControlSolution, codes, extras) -> str:
     others = ", ".join(f"{name}: {count}" for name, count in counts.items() if name != "successful")
     lines = [
         f"ControlSolution: a batch of {codes.size}{shape}, {solution.controls.shape[codes.ndim]} steps of controls of "
-        f"shape {solution.controls.shape[codes.ndim + 1:]} each",
+        f"shape {solution.controls.shape[codes.ndim + 1:]} each, the model at {solution.substeps} sub-step"
+        f"{'s' if solution.substeps != 1 else ''} per step",
         f"  {counts.get('successful', 0)} of {codes.size} successful" + (f" ({others})" if others else ""),
     ]
     indices = list(np.ndindex(codes.shape))

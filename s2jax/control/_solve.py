@@ -21,7 +21,7 @@ from .._jit import filter_jit
 from .._results import RESULTS, _names
 from .._validation import check_initial_state
 from ._implicit import closure_converted, optimal_controls
-from ._problem import ControlSolution, Problem, _meaning
+from ._problem import ControlSolution, Problem, _meaning, continuous_miss
 from ._solver import AbstractControlSolver, run_augmented_lagrangian
 
 
@@ -64,6 +64,17 @@ def solve(
       `jax.jit`, `jax.vmap` or `jax.grad` (traced inputs) nothing can be reported while the
       program runs: `progress=True` then prints one line saying so, when traced.
 
+    **Fidelity.** The controls are optimal for the discrete model; `solution.continuous_miss`
+    says how far the continuous system they drive runs from it. Where that is more than
+    `problem.fidelity`, `solve` refines the dynamics (`Problem.substeps`, the integrator's
+    steps per control step) and solves again from the controls found: to the power of two that
+    the miss's O((h / substeps)^p) law predicts will meet the fidelity (with a margin of 1.25),
+    at most `MAX_SUBSTEPS` (`refine`). `solution.substeps` is the count it used. Each new count
+    compiles a new program, once. Under `jax.jit`, `jax.vmap` or `jax.grad` (traced inputs) the
+    miss can only be reported: the solve runs at the problem's own `substeps` and a miss over
+    the fidelity is `RESULTS.continuous_miss_above_fidelity`, as it is outside when
+    `MAX_SUBSTEPS` does not meet it. `fidelity=None` turns the check off.
+
     Works under `jax.jit` and `jax.vmap` (e.g. over a batch of initial states, with
     `throw=False`); the initial state is checked before compiling when it is concrete.
     `print(solution.summary(problem))` says what the solve did.
@@ -80,7 +91,10 @@ def solve(
     if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):
         check_initial_state(q0, omega0, problem.dt)
     if progress and not traced:
-        solution = _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+
+        def run(problem, init):
+            return _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+
     else:
         if progress:
             print(
@@ -88,8 +102,14 @@ def solve(
                 "inputs); print(solution.summary(problem)) once the solution is concrete",
                 file=sys.stderr, flush=True,
             )
-        problem, init = _prepare(problem, q0, omega0, init)
-        solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+
+        def run(problem, init):
+            problem, init = _prepare(problem, q0, omega0, init)
+            return _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+
+    solution = run(problem, init)
+    if not traced:
+        solution = refine(run, problem, q0, omega0, solution, progress=progress)
     if throw:
         codes = solution.result._value
         if isinstance(codes, jax.core.Tracer):  # under the user's jit or vmap: checked in the graph
@@ -111,8 +131,11 @@ def _prepare(problem: Problem, q0, omega0, init) -> tuple[Problem, Array]:
     return problem, init
 
 
-def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
-    """The computation of `solve`, without its eager checks and error raising.
+def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, *, miss=True) -> ControlSolution:
+    """The computation of `solve`, without its eager checks, refinement and error raising.
+
+    `miss=False` skips the continuous-time miss (NaN, never flagged): model predictive
+    control re-plans every step, its feedback absorbing the model's error.
 
     The solver iterates on (problem, q0, ω0) with their derivatives stopped; the controls it
     returns carry the derivatives of the optimum (`_implicit.optimal_controls`), and the
@@ -130,12 +153,64 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     controls = optimal_controls((problem, q0, omega0), controls, converged)
     sol = problem.simulate(q0, omega0, controls)
     violation = jnp.max(jnp.abs(problem.constraint(sol.q[-1], sol.omega[-1])), initial=0.0)
+    estimate = miss
+    if estimate:
+        miss = continuous_miss(problem, *jax.lax.stop_gradient((sol.q, sol.omega, controls)))
+    else:
+        miss = jnp.full((), jnp.nan, q0.dtype)
     result = RESULTS.where(converged, RESULTS.successful, RESULTS.optimisation_not_converged)
+    if estimate and problem.fidelity is not None:
+        faithful = miss <= problem.fidelity  # False for a NaN miss: the fidelity is not shown
+        result = RESULTS.where(faithful | ~converged, result, RESULTS.continuous_miss_above_fidelity)
     result = RESULTS.where(sol.result == RESULTS.successful, result, sol.result)
     return ControlSolution(
         controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), history, violation, result,
-        jnp.sum(iterations), outer, iterations, violations, multipliers, penalty,
+        jnp.sum(iterations), outer, iterations, violations, multipliers, penalty, miss, problem.substeps,
     )
+
+
+MAX_SUBSTEPS = 64
+"""The most sub-steps per control step `refine` takes to meet `Problem.fidelity`."""
+# `refine` aims at the fidelity divided by this, so that one refinement usually suffices.
+_MARGIN = 1.25
+
+
+def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, progress: bool = False) -> ControlSolution:
+    """Solve again with more sub-steps per control step until the continuous miss of the
+    solution (or of every member of a batch) is within `problem.fidelity`.
+
+    From substeps s and miss m > fidelity f, the next count is the power of two at or above
+    s (1.25 m / f)^{1/p}, p the integrator's order (the miss falls as (h / s)^p), capped at
+    `MAX_SUBSTEPS`; each solve starts from the controls of the one before. Only solutions
+    whose own code is `RESULTS.continuous_miss_above_fidelity` are refined: a solve that did not
+    converge, or whose simulation failed, is returned as it is.
+
+    **Arguments:** `run(problem, init) -> ControlSolution` solves `problem` from the guess
+    `init`; `problem` and `solution` the first solve's; `q0`, `omega0` an initial state it was
+    solved from (for the plan, which gives the integrator's order).
+
+    **Returns:** the last solution (its `substeps` the count used).
+    """
+    if problem.fidelity is None:
+        return solution
+    order = None
+    while True:
+        codes = np.asarray(solution.result._value)
+        refinable = codes == RESULTS.continuous_miss_above_fidelity._value
+        if not np.any(refinable) or problem.substeps >= MAX_SUBSTEPS:
+            return solution
+        order = order or problem.plan(q0, omega0).integrator.order
+        miss = float(np.max(np.where(refinable, np.asarray(solution.continuous_miss), 0.0)))
+        factor = (_MARGIN * miss / problem.fidelity) ** (1.0 / order) if np.isfinite(miss) else 2.0
+        substeps = min(MAX_SUBSTEPS, problem.substeps * 2 ** max(1, int(np.ceil(np.log2(factor)))))
+        if progress:
+            print(
+                f"s2jax.control.solve: continuous miss {miss:.2e} > fidelity {problem.fidelity:g} at substeps = "
+                f"{problem.substeps}: solving again with substeps = {substeps}",
+                file=sys.stderr, flush=True,
+            )
+        problem = problem.with_substeps(substeps)
+        solution = run(problem, solution.controls)
 
 
 _solve = filter_jit(solve_in_graph)
