@@ -26,7 +26,7 @@ from .._jit import filter_jit
 from .._results import RESULTS
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
-from ._solve import _raise_if_failed, refine, solve_in_graph
+from ._solve import _raise_if_failed, refine, solve_in_graph, solve_once
 from ._solver import AbstractControlSolver
 
 _AXIS = "members"
@@ -69,6 +69,22 @@ def solve_many(
 
     **Returns:** a `ControlSolution` whose fields have a leading axis of size B.
     """
+    solutions = _solve_members(problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance)
+    if throw:
+        codes = solutions.result._value
+        if isinstance(codes, jax.core.Tracer):  # under the user's jit or grad: checked in the graph, as `solve` does
+            # one answer for the whole batch (`error_if` answers in its first operand's shape)
+            failed = jnp.any(codes != RESULTS.successful._value)
+            solutions = error_if(solutions, failed, lambda _, codes: _raise_if_failed(codes), failed, codes)
+        else:
+            _raise_if_failed(np.asarray(codes))
+    return solutions
+
+
+def _solve_members(
+    problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance, *, refined=True
+) -> ControlSolution:
+    """`solve_many`'s solutions, refined to the fidelity if `refined`, without raising."""
     if batch not in ("map", "vmap"):
         raise ValueError(f"batch must be 'map' or 'vmap'; got {batch!r}")
     q0, omega0, init, size = _members(problem, q0, omega0, init)
@@ -86,17 +102,10 @@ def solve_many(
         return _solve_many(planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh, batch)
 
     solutions = run(problem, init)
-    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, q0, omega0, init))):
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, q0, omega0, init)))
+    if refined and not traced:
         # one count of sub-steps for the batch: the one its largest miss needs
         solutions = refine(run, problem, q0[0], omega0[0], solutions)
-    if throw:
-        codes = solutions.result._value
-        if isinstance(codes, jax.core.Tracer):  # under the user's jit or grad: checked in the graph, as `solve` does
-            # one answer for the whole batch (`error_if` answers in its first operand's shape)
-            failed = jnp.any(codes != RESULTS.successful._value)
-            solutions = error_if(solutions, failed, lambda _, codes: _raise_if_failed(codes), failed, codes)
-        else:
-            _raise_if_failed(np.asarray(codes))
     return solutions
 
 
@@ -116,17 +125,22 @@ def multi_start(
 
     iLQR and the shooting methods find a local optimum near their initial guess; the ready
     pendubot swing-up, for one, has several. The starts are solved by `solve_many` (one call,
-    each start its own iterations, the starts split over the devices).
+    each start its own iterations, the starts split over the devices) at the problem's own
+    sub-steps; only the best is then refined, as `solve` refines, to meet `Problem.fidelity`
+    (solved again from its controls, which may move it to a nearby optimum).
 
     **Arguments:**
 
     - `problem`, `q0`, `omega0`, `solver`, `devices`, `max_outer_steps`, `constraint_tolerance`:
       as for `solve_many`, with one initial state.
     - `inits`: the guesses, shape (S, N, *control_shape).
-    - `throw`: raise `SimulationError` if no start converged.
+    - `throw`: raise `SimulationError` if no start converged, or the best one's refined solve did
+      not (or did not meet the fidelity within `MAX_SUBSTEPS`).
 
     **Returns:** `(best, all)`: the converged solution of least cost J (if none converged, the
-    start of least J, with its code), and every start's solution (leading axis S).
+    start of least J, with its code), refined, and every start's solution (leading axis S; a
+    converged start whose miss is over the fidelity has the code
+    `RESULTS.continuous_miss_above_fidelity`).
     """
     inits = jnp.asarray(inits, dtype=float)
     if inits.ndim != len(problem.control_shape) + 2:
@@ -134,17 +148,23 @@ def multi_start(
             f"inits must have shape (S, num_steps, *control_shape) = (S, {problem.num_steps}, "
             f"{', '.join(map(str, problem.control_shape))}); got {inits.shape}"
         )
-    solutions = solve_many(
-        problem, q0, omega0, solver=solver, init=inits, devices=devices, max_outer_steps=max_outer_steps,
-        constraint_tolerance=constraint_tolerance, throw=False,
+    solutions = _solve_members(
+        problem, q0, omega0, solver, inits, "map", devices, max_outer_steps, constraint_tolerance, refined=False
     )
     codes = np.asarray(solutions.result._value)
-    converged = codes == RESULTS.successful._value
-    if throw and not converged.any():
-        _raise_if_failed(codes)
+    converged = (codes == RESULTS.successful._value) | (codes == RESULTS.continuous_miss_above_fidelity._value)
     costs = np.where(converged | ~converged.any(), np.asarray(solutions.cost), np.inf)
-    best = int(np.argmin(costs))
-    return jtu.tree_map(lambda x: x[best], solutions), solutions
+    best = jtu.tree_map(lambda x: x[int(np.argmin(costs))], solutions)
+    if converged.any():
+        q0, omega0 = jnp.asarray(q0, dtype=float), jnp.asarray(omega0, dtype=float)
+
+        def run(problem, init):
+            return solve_once(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+
+        best = refine(run, problem, q0, omega0, best)
+    if throw:
+        _raise_if_failed(np.asarray(best.result._value))
+    return best, solutions
 
 
 def _members(problem, q0, omega0, init):

@@ -104,8 +104,7 @@ def solve(
             )
 
         def run(problem, init):
-            problem, init = _prepare(problem, q0, omega0, init)
-            return _solve(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
+            return solve_once(problem, solver, q0, omega0, init, max_outer_steps, constraint_tolerance)
 
     solution = run(problem, init)
     if not traced:
@@ -129,6 +128,12 @@ def _prepare(problem: Problem, q0, omega0, init) -> tuple[Problem, Array]:
     if init.shape != shape:
         raise ValueError(f"`init` must have shape (num_steps, *control_shape) = {shape}; got {init.shape}")
     return problem, init
+
+
+def solve_once(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
+    """One compiled solve of `problem` as it is (no refinement, no raising)."""
+    problem, init = _prepare(problem, q0, omega0, init)
+    return _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
 
 
 def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, *, miss=True) -> ControlSolution:
