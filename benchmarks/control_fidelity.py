@@ -32,11 +32,12 @@ jax.config.update("jax_enable_x64", True)
 from _common import interleaved_medians, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
+from s2jax.control import examples  # noqa: E402
 
 EXAMPLES = {
-    "swing_up": s2.control.examples.spherical_pendulum_swing_up,
-    "pendubot": s2.control.examples.double_pendulum_swing_up,
-    "chain": s2.control.examples.chain_with_disturbance,
+    "swing_up": examples.spherical_pendulum_swing_up,
+    "pendubot": examples.double_pendulum_swing_up,
+    "chain": examples.chain_with_disturbance,
 }
 
 

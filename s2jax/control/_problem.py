@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _fidelity
 from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
-from .._integrators import AbstractIntegrator, AutoIntegrator, RungeKutta4, Substeps
+from .._integrators import AbstractIntegrator, AutoIntegrator, Substeps
 from .._plan import Plan, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate
@@ -30,9 +31,6 @@ from .._stepper import step_once
 from .._summary import solution_repr
 from .._system import AbstractSystem
 from .._validation import trace_floats
-
-DEFAULT_FIDELITY = 1e-2
-"""`Problem.fidelity`'s default: the continuous-time miss accepted (0.6° of a body's direction)."""
 
 
 class Problem(eqx.Module):
@@ -83,7 +81,7 @@ class Problem(eqx.Module):
     control_shape: tuple[int, ...] = eqx.field(static=True, default=(3,))
     integrator: AbstractIntegrator | AutoIntegrator | None = None
     substeps: int = eqx.field(static=True, default=1)
-    fidelity: float | None = eqx.field(static=True, default=DEFAULT_FIDELITY)
+    fidelity: float | None = eqx.field(static=True, default=_fidelity.DEFAULT_FIDELITY)
 
     def __check_init__(self):
         if (self.lower is None) != (self.upper is None):
@@ -208,38 +206,16 @@ def _broadcast_shape(shape, control_shape) -> tuple[int, ...] | None:
         return None
 
 
-MISS_REFINEMENT = 8
-"""Reference steps per model step of `continuous_miss`: `RungeKutta4` at h / (8 · substeps)."""
-
-
 def continuous_miss(problem: Problem, q, omega, controls) -> Float[Array, ""]:
-    """How far the continuous system, driven by `controls`, runs from the model's trajectory.
-
-    Controls optimal for the *discrete* model (the problem's integrator, `substeps` steps per
-    control step h) drive the continuous system elsewhere by the integrator's error, O((h /
-    substeps)²) for the variational integrators: a swing-up that ends upright to 1e-7 in the
-    model can miss by 1e-2 on the continuous equations. This re-simulates the controls, held
-    over each step (zero-order hold), with `RungeKutta4` at h / (`MISS_REFINEMENT` · substeps)
-    (error O(h⁴) at a step 8 times finer, far below the model's), from (q_0, ω_0).
-
-    **Arguments:** the `problem`, the model's trajectory `q`, `omega` (N + 1, n, 3) and the
-    `controls` (N, …) that drove it.
-
-    **Returns:** max over the control instants k = 0 … N and the bodies i of
-    max(|q_k,i − q̂_i(t_k)|, |ω_k,i − ω̂_i(t_k)|), q̂, ω̂ the reference: dimensionless in q (a
-    unit vector), rad/s in ω; NaN where the reference failed.
-    """
+    """How far the continuous system, driven by `controls`, runs from the model's trajectory `q`,
+    `omega` (N + 1, n, 3): `s2jax._fidelity.continuous_miss` for the problem's plan, sub-steps and
+    step. Controls optimal for the discrete model (a swing-up that ends upright to 1e-7 in it)
+    drive the continuous system elsewhere by the integrator's error, O((h / substeps)²) for the
+    variational integrators (1e-2 and more for the ready examples at one sub-step)."""
     the_plan = problem.plan(q[0], omega[0])
-    refinement = MISS_REFINEMENT * problem.substeps
-    reference = simulate(
-        the_plan.system, q[0], omega[0], problem.params, dt=problem.dt / refinement,
-        num_steps=problem.num_steps * refinement, integrator=RungeKutta4(),
-        controls=jnp.repeat(controls, refinement, axis=0), save_every=refinement, throw=False,
+    return _fidelity.continuous_miss(
+        the_plan.system, problem.params, problem.dt, problem.substeps, q, omega, controls
     )
-    miss_q = jnp.linalg.norm(q - reference.q, axis=-1)
-    miss_omega = jnp.linalg.norm(omega - reference.omega, axis=-1)
-    miss = jnp.maximum(jnp.max(miss_q), jnp.max(miss_omega))
-    return jnp.where(reference.result == RESULTS.successful, miss, jnp.nan)
 
 
 class ControlSolution(eqx.Module):

@@ -17,6 +17,7 @@ import numpy as np
 
 from .._custom_types import Array
 from .._errors import SimulationError, error_if
+from .._fidelity import MAX_SUBSTEPS, next_substeps
 from .._jit import filter_jit
 from .._results import RESULTS, _names
 from .._validation import check_initial_state
@@ -174,12 +175,6 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     )
 
 
-MAX_SUBSTEPS = 64
-"""The most sub-steps per control step `refine` takes to meet `Problem.fidelity`."""
-# `refine` aims at the fidelity divided by this, so that one refinement usually suffices.
-_MARGIN = 1.25
-
-
 def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, progress: bool = False) -> ControlSolution:
     """Solve again with more sub-steps per control step until the continuous miss of the
     solution (or of every member of a batch) is within `problem.fidelity`.
@@ -206,8 +201,7 @@ def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, prog
             return solution
         order = order or problem.plan(q0, omega0).integrator.order
         miss = float(np.max(np.where(refinable, np.asarray(solution.continuous_miss), 0.0)))
-        factor = (_MARGIN * miss / problem.fidelity) ** (1.0 / order) if np.isfinite(miss) else 2.0
-        substeps = min(MAX_SUBSTEPS, problem.substeps * 2 ** max(1, int(np.ceil(np.log2(factor)))))
+        substeps = next_substeps(problem.substeps, miss, problem.fidelity, order)
         if progress:
             print(
                 f"s2jax.control.solve: continuous miss {miss:.2e} > fidelity {problem.fidelity:g} at substeps = "
