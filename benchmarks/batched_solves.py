@@ -18,6 +18,7 @@ benchmarks/results/batched_solves.json with the machine and the load.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,6 +59,8 @@ def timed(call):
 
 def measure(size, repeats, modes):
     problem, _, _, init = spherical_pendulum_swing_up()
+    # the solver's speed on the discrete model at one sub-step (control_fidelity.py measures refinement)
+    problem = dataclasses.replace(problem, fidelity=None)
     solver = s2.control.ILQR()
     q0, omega0 = near_hanging(size)
     singles, iterations = [], []

@@ -330,7 +330,8 @@ def fit(
       the fitted values with the integrator taking more sub-steps per step (`s2jax.Substeps`,
       the power of two that the O((dt / s)^p) law predicts, at most 64; `FitResult.substeps`):
       parameters fitted on a model that misses the real motion by more than the data's noise
-      are biased by it. `fit` warns if 64 sub-steps do not meet it.
+      are biased by it. `fit` warns if 64 sub-steps do not meet it. A fit that did not converge
+      is not refined (its miss is reported).
 
     **Returns:** a `FitResult`.
 
@@ -359,7 +360,7 @@ def fit(
     while fidelity is not None:
         miss = float(_segment_miss(the_plan.system, result, the_plan.integrator, substeps, options["dt"], length))
         result = dataclasses.replace(result, continuous_miss=jnp.asarray(miss), substeps=substeps)
-        if miss <= fidelity:
+        if miss <= fidelity or not result.converged:  # an unconverged fit is returned as it is
             break
         if substeps >= MAX_SUBSTEPS:
             warnings.warn(
@@ -545,7 +546,7 @@ def _fit_once(
             "(FitResult.reduced_chi_squared). The fitted params and their standard errors are not to be trusted: "
             "check the observed bodies, the times and the model, or, if this is a local minimum, start from a "
             "better guess or use more segments.",
-            stacklevel=2,
+            stacklevel=3,
         )
     if noise_std is None:  # ν > 0: checked before optimising
         noise_std = float(jnp.sqrt(jnp.sum(data**2) / (data.size - num_unknowns)))
