@@ -4,6 +4,10 @@ compositions with smaller error constants.
 The weights and which base method to take: docs/integrators/composition.md.
 """
 
+import abc
+from typing import ClassVar
+
+import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 
@@ -64,50 +68,22 @@ def kahan_li_weights(order: int) -> tuple[float, ...]:
 _WEIGHTS = {"triple_jump": (triple_jump_weights, (4, 6)), "kahan_li": (kahan_li_weights, (6, 8))}
 
 
-class Composition(AbstractIntegrator):
-    """A symmetric second-order integrator composed to order 4, 6 or 8 (002 §3.4).
+class AbstractSubSteps(AbstractIntegrator):
+    """A step of h made of sub-steps γ_1 h, …, γ_s h (Σγ = 1) of a base `integrator`: what
+    `Composition` and `Substeps` share. A subclass gives the `weights` and its order and
+    symmetry; the sub-steps are unrolled up to `max_unrolled` of them, else looped."""
 
-    Each step applies `integrator` with sub-steps γ_1 h, …, γ_s h, a palindrome of weights with
-    Σγ = 1 that satisfies the order conditions of a symmetric composition: Yoshida's triple jump
-    (`triple_jump_weights`, the composition of 002 §3.4) or Kahan and Li's (`kahan_li_weights`).
-    With the `VariationalIntegrator` (or `ExplicitVariationalIntegrator`) the result is again a
-    variational, symplectic integrator that keeps |q_i| = 1 to round-off. The base
-    integrator must be symmetric (the VIs are; Runge–Kutta baselines are not, and
-    composing them does not raise their order this way).
+    integrator: eqx.AbstractVar[AbstractIntegrator]
+    max_unrolled: eqx.AbstractClassVar[int]
 
-    **Arguments:**
-
-    - `integrator`: the symmetric second-order base method.
-    - `order`: 4 or 6 for `"triple_jump"` (3 and 9 sub-steps), 6 or 8 for `"kahan_li"` (9 and 17).
-    - `method`: `"triple_jump"` (default, 002 §3.4) or `"kahan_li"` (smaller errors at the same
-      cost; the choice for long, accurate runs).
-    """
-
-    integrator: AbstractIntegrator
-    order: int = 4
-    method: str = "triple_jump"
-
-    def __check_init__(self):
-        if self.method not in _WEIGHTS:
-            raise ValueError(f"Composition method must be one of {sorted(_WEIGHTS)}, got {self.method!r}")
-        orders = _WEIGHTS[self.method][1]
-        if self.order not in orders:
-            raise ValueError(
-                f"Composition method {self.method!r} supports order {orders[0]} or {orders[1]}, got {self.order}"
-            )
-        if not (self.integrator.is_symmetric and self.integrator.order == 2):
-            raise ValueError(
-                "Composition raises the order of a symmetric second-order method; "
-                f"{type(self.integrator).__name__} is not one"
-            )
+    @property
+    @abc.abstractmethod
+    def weights(self) -> tuple[float, ...]:
+        """The sub-step weights γ_1, …, γ_s of one step."""
 
     @property
     def system_type(self) -> type:
         return self.integrator.system_type
-
-    @property
-    def is_symmetric(self) -> bool:
-        return True  # the weights are palindromic and the base method symmetric
 
     @property
     def requires_diagonal_inertia(self) -> bool:
@@ -116,11 +92,6 @@ class Composition(AbstractIntegrator):
     @property
     def velocity_dependent_forces(self) -> bool:
         return self.integrator.velocity_dependent_forces
-
-    @property
-    def weights(self) -> tuple[float, ...]:
-        """The sub-step weights γ_1, …, γ_s of one step."""
-        return _WEIGHTS[self.method][0](self.order)
 
     def init(self, system, t0, y0, args):
         return self.integrator.init(system, t0, y0, args)
@@ -143,7 +114,7 @@ class Composition(AbstractIntegrator):
 
         carry = (t0, y, state, RESULTS.successful)
         weights = self.weights
-        if len(weights) <= 3:
+        if len(weights) <= self.max_unrolled:
             for weight in weights:
                 carry, _ = sub_step(carry, weight)
         else:
@@ -152,3 +123,51 @@ class Composition(AbstractIntegrator):
             carry, _ = lax.scan(sub_step, carry, jnp.asarray(weights, dtype=jnp.result_type(dt)))
         _, y, state, result = carry
         return y, state, result
+
+
+class Composition(AbstractSubSteps):
+    """A symmetric second-order integrator composed to order 4, 6 or 8 (002 §3.4).
+
+    Each step applies `integrator` with sub-steps γ_1 h, …, γ_s h, a palindrome of weights with
+    Σγ = 1 that satisfies the order conditions of a symmetric composition: Yoshida's triple jump
+    (`triple_jump_weights`, the composition of 002 §3.4) or Kahan and Li's (`kahan_li_weights`).
+    With the `VariationalIntegrator` (or `ExplicitVariationalIntegrator`) the result is again a
+    variational, symplectic integrator that keeps |q_i| = 1 to round-off. The base
+    integrator must be symmetric (the VIs are; Runge–Kutta baselines are not, and
+    composing them does not raise their order this way).
+
+    **Arguments:**
+
+    - `integrator`: the symmetric second-order base method.
+    - `order`: 4 or 6 for `"triple_jump"` (3 and 9 sub-steps), 6 or 8 for `"kahan_li"` (9 and 17).
+    - `method`: `"triple_jump"` (default, 002 §3.4) or `"kahan_li"` (smaller errors at the same
+      cost; the choice for long, accurate runs).
+    """
+
+    integrator: AbstractIntegrator
+    order: int = 4
+    method: str = "triple_jump"
+    max_unrolled: ClassVar[int] = 3
+
+    def __check_init__(self):
+        if self.method not in _WEIGHTS:
+            raise ValueError(f"Composition method must be one of {sorted(_WEIGHTS)}, got {self.method!r}")
+        orders = _WEIGHTS[self.method][1]
+        if self.order not in orders:
+            raise ValueError(
+                f"Composition method {self.method!r} supports order {orders[0]} or {orders[1]}, got {self.order}"
+            )
+        if not (self.integrator.is_symmetric and self.integrator.order == 2):
+            raise ValueError(
+                "Composition raises the order of a symmetric second-order method; "
+                f"{type(self.integrator).__name__} is not one"
+            )
+
+    @property
+    def is_symmetric(self) -> bool:
+        return True  # the weights are palindromic and the base method symmetric
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The sub-step weights γ_1, …, γ_s of one step."""
+        return _WEIGHTS[self.method][0](self.order)
