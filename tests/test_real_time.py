@@ -203,6 +203,17 @@ def test_the_controller_from_python_is_the_real_time_loop():
             q, omega = plant(q, omega, u)
         np.testing.assert_allclose(q, closed.q[2 * k + 2], rtol=0, atol=1e-12)
     assert controller.result == s2.RESULTS.successful and controller.refused == 0
+    # A controller of an equal problem (new lambdas of the same code, as a re-run notebook cell
+    # makes) shares the compiled step; new param values are its inputs, not new constants.
+    again = s2.control.RealTimeController(_balance(num_steps=30), *TILTED, iterations=2, steps_per_solve=2)
+    longer = s2.control.RealTimeController(
+        _balance(num_steps=30, params=LONGER), *TILTED, iterations=2, steps_per_solve=2
+    )
+    assert again._step is controller._step and longer._step is controller._step
+    start = [jnp.asarray(x) for x in TILTED]
+    np.testing.assert_allclose(again(*start), closed.controls[:2], rtol=0, atol=1e-12)
+    assert not np.allclose(longer(*start), closed.controls[:2], rtol=0, atol=1e-6)
+    assert controller._step._cache_size() == 1
 
 
 def test_real_time_options_are_checked():

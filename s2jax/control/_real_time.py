@@ -23,7 +23,6 @@ A terminal constraint enters as the last augmented-Lagrangian term of the first,
 """
 
 import dataclasses
-import functools
 
 import equinox as eqx
 import jax
@@ -125,8 +124,9 @@ class RealTimeController:
     `real_time_iterations`, `_real_time.py`) from the measured state and returns the controls to
     apply over the next `steps_per_solve` steps of h = `problem.dt`. Each call is one compiled
     function of the state (JAX's C++ dispatch, nothing re-planned or re-checked on the host), so
-    measured states never recompile; the problem's params are constants of that program (a new
-    controller for new ones).
+    measured states never recompile. The program is shared by every controller of an equal
+    problem (costs compared by value, the params' and bounds' values passed in), so a controller
+    rebuilt with new params or from a re-run notebook cell does not compile it again.
 
     **Arguments:**
 
@@ -178,9 +178,7 @@ class RealTimeController:
         self.problem, _ = _prepare(problem, q0, omega0, None)
         self.dt, self._solver, self._outer = dt, solver, (max_outer_steps, constraint_tolerance)
         self.reset(q0, omega0, init=init)
-        options = {"iterations": iterations, "steps": steps_per_solve, "regularisation": solver.regularisation}
-        step = functools.partial(_controller_step, self.problem, **options)
-        self._step = jax.jit(step, compiler_options=compiler_options() or None)
+        self._arrays, self._step = _compiled_step(self.problem, iterations, steps_per_solve, solver.regularisation)
 
     def reset(self, q, omega, *, init=None) -> None:
         """Solve again to convergence from (q, ω) (a new start, e.g. after a hand-over from another
@@ -199,7 +197,7 @@ class RealTimeController:
         self.result, self.refused = RESULTS.successful, 0
 
     def __call__(self, q, omega) -> Float[Array, "s ..."]:
-        controls, state, code = self._step(self.state, q, omega)
+        controls, state, code = self._step(self._arrays, self.state, q, omega)
         code = int(code)
         if code == RESULTS.invalid_initial_state._value:
             check_initial_state(q, omega, self.dt)  # names the body
@@ -214,6 +212,34 @@ class RealTimeController:
 
 
 _first_state = filter_jit(first_state)
+_STEPS = {}  # (the problem's structure and non-array leaves, options) -> its jitted controller step
+_MAX_STEPS = 32  # the oldest entry goes beyond this (with it, its compiled programs)
+
+
+def _compiled_step(problem: Problem, iterations: int, steps: int, regularisation):
+    """`(arrays, step)`: the problem's arrays and `step(arrays, state, q, ω)`, one `jax.jit`
+    function for every problem with the same structure and non-array leaves (equal costs compare
+    equal by value), so that equal problems share its compiled program. Not `eqx.filter_jit`:
+    its dispatch costs ~70 µs a call, `jax.jit`'s a few."""
+    arrays, static = eqx.partition(problem, eqx.is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(static)
+    key = (treedef, tuple(leaves), iterations, steps, float(regularisation))
+    try:
+        step = _STEPS.get(key)
+    except TypeError:  # a leaf that cannot be hashed: a program of its own
+        key, step = None, None
+    if step is None:
+        options = {"iterations": iterations, "steps": steps, "regularisation": regularisation}
+
+        def step(arrays, state, q, omega):
+            return _controller_step(eqx.combine(arrays, static), state, q, omega, **options)
+
+        step = jax.jit(step, compiler_options=compiler_options() or None)
+        if key is not None:
+            if len(_STEPS) >= _MAX_STEPS:
+                del _STEPS[next(iter(_STEPS))]
+            _STEPS[key] = step
+    return arrays, step
 
 
 def _controller_step(problem, state, q, omega, *, iterations, steps, regularisation):
