@@ -241,8 +241,10 @@ def _raise_if_failed(codes):
 # The heartbeat rewrites its line at most this often (seconds).
 HEARTBEAT_SECONDS = 1.0
 # jax.monitoring events: the end of tracing a top-level jitted function (lowering and XLA's
-# compilation follow), and a program loaded from the persistent compilation cache.
+# compilation follow), the end of XLA's compilation (the program then runs, in the same call on
+# CPU), and a program loaded from the persistent compilation cache.
 _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+_COMPILED_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 _heartbeats = {}  # thread id -> the `_Heartbeat` of that thread's call in progress
 _listening = False
@@ -315,6 +317,8 @@ class _Heartbeat:
             self.phase("compiling")
         elif event == _CACHE_HIT_EVENT and self._label == "compiling":
             self.loaded = True
+        elif event == _COMPILED_EVENT and self._label == "compiling":
+            self.phase("solving")  # XLA's compilation of the solve ended: it runs next
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
