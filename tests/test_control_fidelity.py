@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
+from s2jax.control._solve import _solve as compiled_solve
 from s2jax.models import spherical_pendulum as pendulum
 
 TARGET = jnp.array([[0.6, 0.0, 0.8]])
@@ -58,9 +59,12 @@ def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelit
     that the O(h²) law predicts, and the independent reference confirms the miss. Under
     `jax.jit` it cannot refine: it reports the miss with its code, or raises."""
     coarse = s2.control.solve(_reach(10), Q0, OMEGA0, solver=s2.control.ILQR())
+    programs = compiled_solve.cache_size()
     problem = _reach(10, fidelity=5e-4)
     solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
     assert coarse.continuous_miss > 5e-4 and solution.result == s2.RESULTS.successful
+    # the fidelity is a value of the compiled solve: only the refined model compiled anew
+    assert compiled_solve.cache_size() == programs + 1
     # the power of two at or above (1.25 m / f)^(1/2)
     expected = 2 ** int(np.ceil(np.log2(np.sqrt(1.25 * float(coarse.continuous_miss) / 5e-4))))
     assert solution.substeps == expected > 1

@@ -81,7 +81,9 @@ class Problem(eqx.Module):
     control_shape: tuple[int, ...] = eqx.field(static=True, default=(3,))
     integrator: AbstractIntegrator | AutoIntegrator | None = None
     substeps: int = eqx.field(static=True, default=1)
-    fidelity: float | None = eqx.field(static=True, default=_fidelity.DEFAULT_FIDELITY)
+    # A value, not static: `planned` makes it an array (∞ for None), so that problems differing
+    # only in their fidelity share one compiled solve.
+    fidelity: float | Float[Array, ""] | None = _fidelity.DEFAULT_FIDELITY
 
     def __check_init__(self):
         if (self.lower is None) != (self.upper is None):
@@ -94,8 +96,9 @@ class Problem(eqx.Module):
             _check_bounds(self.lower, self.upper, self.control_shape)
         if isinstance(self.substeps, bool) or not isinstance(self.substeps, int) or self.substeps < 1:
             raise ValueError(f"`substeps` must be an int ≥ 1; got {self.substeps!r}")
-        if self.fidelity is not None and not (isinstance(self.fidelity, (int, float)) and self.fidelity > 0):
-            raise ValueError(f"`fidelity` must be a positive float or None; got {self.fidelity!r}")
+        given = self.fidelity
+        if not (given is None or isinstance(given, jax.Array) or (_is_real(given) and given > 0)):
+            raise ValueError(f"`fidelity` must be a positive float or None; got {given!r}")
 
     @property
     def bounded(self) -> bool:
@@ -140,7 +143,12 @@ class Problem(eqx.Module):
         integrator = the_plan.integrator.integrator if self.substeps > 1 else the_plan.integrator
         # Float leaves as arrays, as `simulate` does: traced, so new values do not recompile.
         params = jax.tree_util.tree_map(trace_floats, self.params)
-        return dataclasses.replace(self, lagrangian=the_plan.system, integrator=integrator, params=params)
+        fidelity = self.fidelity
+        if not isinstance(fidelity, jax.Array):
+            fidelity = jnp.asarray(jnp.inf if fidelity is None else fidelity, dtype=float)
+        return dataclasses.replace(
+            self, lagrangian=the_plan.system, integrator=integrator, params=params, fidelity=fidelity
+        )
 
     def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
         """The trajectory of `controls` from (q0, ω0): every step saved."""
@@ -178,6 +186,10 @@ class Problem(eqx.Module):
         return self.running(solution.t[:-1], solution.q[:-1], solution.omega[:-1], controls) + self.terminal(
             solution.q[-1], solution.omega[-1]
         )
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _check_bounds(lower, upper, control_shape) -> None:

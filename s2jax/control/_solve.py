@@ -166,7 +166,9 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
         miss = jnp.full((), jnp.nan, q0.dtype)
     result = RESULTS.where(converged, RESULTS.successful, RESULTS.optimisation_not_converged)
     if estimate and problem.fidelity is not None:
-        faithful = miss <= problem.fidelity  # False for a NaN miss: the fidelity is not shown
+        fidelity = jnp.asarray(problem.fidelity, miss.dtype)  # ∞ for a planned problem's None
+        # False for a NaN miss (the fidelity is not shown), unless no fidelity is asked for
+        faithful = (miss <= fidelity) | jnp.isinf(fidelity)
         result = RESULTS.where(faithful | ~converged, result, RESULTS.continuous_miss_above_fidelity)
     result = RESULTS.where(sol.result == RESULTS.successful, result, sol.result)
     return ControlSolution(
@@ -193,6 +195,7 @@ def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, prog
     """
     if problem.fidelity is None:
         return solution
+    fidelity = float(problem.fidelity)
     order = None
     while True:
         codes = np.asarray(solution.result._value)
@@ -201,10 +204,10 @@ def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, prog
             return solution
         order = order or problem.plan(q0, omega0).integrator.order
         miss = float(np.max(np.where(refinable, np.asarray(solution.continuous_miss), 0.0)))
-        substeps = next_substeps(problem.substeps, miss, problem.fidelity, order)
+        substeps = next_substeps(problem.substeps, miss, fidelity, order)
         if progress:
             print(
-                f"s2jax.control.solve: continuous miss {miss:.2e} > fidelity {problem.fidelity:g} at substeps = "
+                f"s2jax.control.solve: continuous miss {miss:.2e} > fidelity {fidelity:g} at substeps = "
                 f"{problem.substeps}: solving again with substeps = {substeps}",
                 file=sys.stderr, flush=True,
             )
