@@ -162,17 +162,16 @@ def test_examples_reach_their_goals(build):
     the fidelity, and the trajectory is the model's: re-simulated from the controls with the
     solution's sub-steps it agrees to 1e-9 (unstable, so round-off grows)."""
     problem, q0, omega0, init = build()
-    if build is chain_with_disturbance:
-        # refined from one sub-step (miss 8.6e-2) to 4 (5.3e-3; benchmarks/results/control_fidelity.json):
-        # the chain starts at 4, one compilation less (refinement is tested on the pendubot)
-        problem = problem.with_substeps(4)
+    # Started where one sub-step would have refined them to (benchmarks/results/control_fidelity.json:
+    # misses 4.3e-2 and 8.6e-2 at one), a compilation less each; the pendubot still refines, 4 → 8.
+    problem = problem.with_substeps(4)
     solution = s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR(), init=init)
     assert float(jnp.max(jnp.abs(problem.constraint(solution.q[-1], solution.omega[-1])))) < 1e-3
-    # at one sub-step the pendubot misses by 4.3e-2 (benchmarks/results/control_fidelity.json)
-    assert solution.substeps > 1 and solution.continuous_miss <= problem.fidelity
+    assert solution.continuous_miss <= problem.fidelity
+    assert solution.substeps == (8 if build is double_pendulum_swing_up else 4)
     if build is double_pendulum_swing_up:
-        # refined from the default guess's optimum (5.92 at one sub-step), the solve moves to the
-        # better one that multi-start finds (test_solve_many): measured 5.3646 at 8 sub-steps
+        # from the default guess at 4 sub-steps the solve finds the better optimum that multi-start
+        # finds at one (test_solve_many; 5.92 from this guess at one): measured 5.3646 at 8
         assert float(solution.cost) < 5.85
     again = problem.with_substeps(solution.substeps).simulate(q0, omega0, solution.controls)
     np.testing.assert_allclose(again.q, solution.q, rtol=0, atol=1e-9)

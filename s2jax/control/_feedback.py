@@ -71,8 +71,8 @@ def feedback_policy(problem: Problem, solution: ControlSolution, *, penalty=None
     on a plant that differs from the model, with u held over each step, they overshoot. A
     moderate `penalty` gives a gentler law that tracks better: on that plan flown on the
     continuous equations, the hand-over to upright is 1.2e-3 away with ρ = 10, 5e-2 with ρ = 10⁵
-    (0.03 open-loop). With the plan refined to the default fidelity (8 sub-steps) and ρ = 10 it is
-    1.1e-4 (notebooks/closed_loop_pendubot.ipynb).
+    (0.03 open-loop). With the plan at 8 sub-steps (within the default fidelity) and ρ = 10 it is
+    1.1e-5 (notebooks/closed_loop_pendubot.ipynb).
 
     **Arguments:**
 

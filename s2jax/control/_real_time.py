@@ -22,7 +22,6 @@ A terminal constraint enters as the last augmented-Lagrangian term of the first,
 λ·c + ρ/2 |c|² with its λ and ρ kept (a soft terminal constraint over the receding horizon).
 """
 
-import dataclasses
 
 import equinox as eqx
 import jax
@@ -54,11 +53,10 @@ class RealTimeState(eqx.Module):
 def first_state(problem: Problem, solver, q0, omega0, init, max_outer_steps, tolerance, regularisation):
     """`(state, solution)`: the converged solve from (q0, ω0) that the iterations start from.
 
-    Its continuous-time miss is reported but not held to `Problem.fidelity`: the loop is closed,
-    and the iterations re-plan from measured states.
+    Like `receding_horizon`'s solves it does not estimate its continuous-time miss (NaN) nor hold
+    it to `Problem.fidelity`: the loop is closed, and the iterations re-plan from measured states.
     """
-    problem = dataclasses.replace(problem, fidelity=None)
-    solution = solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
+    solution = solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, miss=False)
     mu = jnp.asarray(regularisation, q0.dtype)
     state = RealTimeState(solution.q, solution.omega, solution.controls, solution.multipliers, solution.penalty, mu)
     return state, solution
