@@ -132,7 +132,7 @@ def _receding_horizon(
 
         def control(guess, q, omega):
             """A solve warm-started from the guess; the next guess is its controls shifted."""
-            solution = solve_in_graph(problem, solver, q, omega, guess, max_outer_steps, tolerance, miss=False)
+            solution = solve_in_graph(problem, solver, q, omega, guess, max_outer_steps, tolerance, estimate_miss=False)
             controls = solution.controls
             guess = jnp.concatenate([controls[steps:], jnp.repeat(controls[-1:], steps, axis=0)])
             return controls[:steps], guess, solution.result, solution.num_iterations

@@ -56,7 +56,7 @@ def first_state(problem: Problem, solver, q0, omega0, init, max_outer_steps, tol
     Like `receding_horizon`'s solves it does not estimate its continuous-time miss (NaN) nor hold
     it to `Problem.fidelity`: the loop is closed, and the iterations re-plan from measured states.
     """
-    solution = solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, miss=False)
+    solution = solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, estimate_miss=False)
     mu = jnp.asarray(regularisation, q0.dtype)
     state = RealTimeState(solution.q, solution.omega, solution.controls, solution.multipliers, solution.penalty, mu)
     return state, solution

@@ -137,10 +137,12 @@ def solve_once(problem, solver, q0, omega0, init, max_outer_steps, tolerance) ->
     return _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
 
 
-def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance, *, miss=True) -> ControlSolution:
+def solve_in_graph(
+    problem, solver, q0, omega0, init, max_outer_steps, tolerance, *, estimate_miss=True
+) -> ControlSolution:
     """The computation of `solve`, without its eager checks, refinement and error raising.
 
-    `miss=False` skips the continuous-time miss (NaN, never flagged): model predictive
+    `estimate_miss=False` skips the continuous-time miss (NaN, never flagged): model predictive
     control re-plans every step, its feedback absorbing the model's error.
 
     The solver iterates on (problem, q0, ω0) with their derivatives stopped; the controls it
@@ -159,13 +161,12 @@ def solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance
     controls = optimal_controls((problem, q0, omega0), controls, converged)
     sol = problem.simulate(q0, omega0, controls)
     violation = jnp.max(jnp.abs(problem.constraint(sol.q[-1], sol.omega[-1])), initial=0.0)
-    estimate = miss
-    if estimate:
+    if estimate_miss:
         miss = continuous_miss(problem, *jax.lax.stop_gradient((sol.q, sol.omega, controls)))
     else:
         miss = jnp.full((), jnp.nan, q0.dtype)
     result = RESULTS.where(converged, RESULTS.successful, RESULTS.optimisation_not_converged)
-    if estimate and problem.fidelity is not None:
+    if estimate_miss and problem.fidelity is not None:
         fidelity = jnp.asarray(problem.fidelity, miss.dtype)  # ∞ for a planned problem's None
         # False for a NaN miss (the fidelity is not shown), unless no fidelity is asked for
         faithful = (miss <= fidelity) | jnp.isinf(fidelity)
