@@ -57,7 +57,7 @@ def test_the_estimated_miss_is_the_continuous_systems(num_steps):
 def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelity():
     """At 10 steps the reach's miss is ~2e-3; asked for 5e-4, `solve` refines to the sub-steps
     that the O(h²) law predicts, and the independent reference confirms the miss. Under
-    `jax.jit` it cannot refine: it reports the miss with its code, or raises."""
+    `jax.jit` and `jax.vmap` it cannot refine: it reports the miss with its code, or raises."""
     coarse = s2.control.solve(_reach(10), Q0, OMEGA0, solver=s2.control.ILQR())
     programs = compiled_solve.cache_size()
     problem = _reach(10, fidelity=5e-4)
@@ -78,8 +78,9 @@ def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelit
     def traced(q0, throw):
         return s2.control.solve(problem, q0, OMEGA0, solver=s2.control.ILQR(), throw=throw)
 
-    inside = jax.jit(lambda q0: traced(q0, False))(Q0)
-    assert inside.result == s2.RESULTS.continuous_miss_above_fidelity and inside.substeps == 1
+    # under jit and vmap (two members): each member's code, and the miss of the one-step model
+    inside = jax.jit(jax.vmap(lambda q0: traced(q0, False)))(np.stack([Q0, Q0]))
+    assert np.all(inside.result == s2.RESULTS.continuous_miss_above_fidelity) and inside.substeps == 1
     np.testing.assert_allclose(inside.continuous_miss, coarse.continuous_miss, rtol=1e-10)
     with pytest.raises(Exception, match="more than Problem.fidelity"):
         jax.jit(lambda q0: traced(q0, True))(Q0)
