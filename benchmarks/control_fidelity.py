@@ -6,11 +6,13 @@ For each ready example (`s2.control.examples`: the spherical pendulum's and the 
 001 §V's chain against a tip force), solved by iLQR from the example's own guess, for each
 discretisation of the dynamics:
 
-- the plan's integrator (the VI) at 1, 2, 4 and 8 sub-steps per control step
+- `simulate`'s integrator (the VI of 002) at 1, 2, 4 and 8 sub-steps per control step
   (`Problem(substeps=…)`, `fidelity=None`),
 - its 4th-order triple-jump composition (`s2.Composition(…, order=4)`), and `s2.Rattle()` (the same
   map as the VI, cheaper to compile and step),
-- the default: `fidelity=1e-2`, which `solve` meets by refining the sub-steps itself,
+- the default: `fidelity=1e-2`, which `solve` meets by refining the sub-steps itself, of the
+  control plan's integrator (`Rattle` for the pendubot and the chain, the explicit VI for the
+  spherical pendulum),
 
 the cost J, the result, the sub-steps used, the continuous-time miss (`ControlSolution.continuous_miss`:
 the distance, over the control instants and bodies, between the model's trajectory and the continuous
@@ -43,8 +45,10 @@ EXAMPLES = {
 
 def discretisations(problem, q0, omega0) -> dict:
     """name → the problem with that discretisation."""
-    base = problem.plan(q0, omega0).integrator
-    unchecked = dataclasses.replace(problem, fidelity=None)
+    # simulate's integrator (002's VI), which the default plan of a control problem replaces by
+    # `Rattle`, the same map, where M is coupled (`AutoIntegrator(linearised=True)`).
+    unchecked = dataclasses.replace(problem, fidelity=None, integrator=s2.AutoIntegrator())
+    base = unchecked.plan(q0, omega0).integrator
     variants = {f"{type(base).__name__}, {s} sub-step(s)": unchecked.with_substeps(s) for s in (1, 2, 4, 8)}
     variants[f"Composition({type(base).__name__}, 4)"] = dataclasses.replace(
         unchecked, integrator=s2.Composition(base, order=4)

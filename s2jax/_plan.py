@@ -36,6 +36,8 @@ from ._validation import (
 )
 
 _AUTO = AutoIntegrator()  # `integrator=None` (one instance: a Module costs ~10 µs to build)
+# `integrator=None` of a run differentiated step by step (`control.Problem`, `fit`).
+LINEARISED = AutoIntegrator(linearised=True)
 
 # What each system kind asks of the model, for the error that refuses a pair.
 _DESCRIPTIONS = {
@@ -221,7 +223,7 @@ def plan(
     elif not (check_form or check_inertia):  # else in the graph, after the inertia, as here
         check_positive_parameters(declared_positive(system), params)
     if auto:
-        integrator = integrator.select(system, structure)
+        integrator = integrator.select(system, structure, q0.shape[0])
     return Plan(system, integrator, check_form, check_inertia)
 
 

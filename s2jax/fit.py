@@ -30,7 +30,7 @@ from ._integrators import AbstractIntegrator, Substeps
 from ._jit import filter_jit
 from ._least_squares import levenberg_marquardt
 from ._optimise import minimise, named_optimizer
-from ._plan import plan
+from ._plan import LINEARISED, plan
 from ._results import RESULTS
 from ._shooting import MultipleShooting
 from ._simulate import simulate
@@ -314,9 +314,11 @@ def fit(
       loss, and the refinement once a step moves no unknown by more than `tolerance`.
     - `continuity_weights`: w, or an increasing sequence of them (ignored for S = 1).
     - `refinement_steps`: the most Gauss–Newton steps (0: none).
-    - `integrator`: as in `simulate`; None (default) is its automatic choice, made once from the
-      initial params (`s2jax.AutoIntegrator`: the VI of 002 that suits M for a Lagrangian of (2.2),
-      `GeneralVariationalIntegrator` for any other L).
+    - `integrator`: as in `simulate`; None (default) is `s2jax.AutoIntegrator(linearised=True)`,
+      control's choice, made once from the initial params: for a Lagrangian of (2.2) the explicit
+      VI where M is diagonal, `Rattle` (002's map by multipliers, whose derivatives are cheaper)
+      for a coupled M of up to 8 bodies without a force that reads ω, else the VI of 002;
+      `GeneralVariationalIntegrator` for any other L.
     - `noise_std`: σ, if known; otherwise σ² = |r|² / (N − p), N the number of data residuals
       and p that of the free values (plus 4n if `fit_initial_state`).
     - `fit_initial_state`: fit the start of segment 1 too.
@@ -354,7 +356,8 @@ def fit(
     fidelity = options.pop("fidelity")
     if fidelity is not None:
         fidelity = _positive(fidelity, "fidelity")
-    base = options["integrator"]
+    if options["integrator"] is None:
+        options["integrator"] = LINEARISED
     result, the_plan, length = _fit_once(**options)
     substeps = 1
     while fidelity is not None:
@@ -370,7 +373,7 @@ def fit(
             )
             break
         substeps = next_substeps(substeps, miss, fidelity, the_plan.integrator.order)
-        options["integrator"] = Substeps(the_plan.integrator if base is None else base, substeps)
+        options["integrator"] = Substeps(the_plan.integrator, substeps)
         options["params"] = result.params  # warm-started from the fitted values
         if options["fit_initial_state"]:
             options["q0"], options["omega0"] = result.segment_q[0], result.segment_omega[0]

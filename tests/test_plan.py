@@ -57,6 +57,29 @@ def test_auto_integrator_selects_by_system_kind():
     assert type(by_none.system) is s2.GeneralLagrangianSystem
 
 
+def test_a_linearised_run_of_a_coupled_m_takes_rattle():
+    """`AutoIntegrator(linearised=True)`, a control problem's default: `Rattle` (002's map by
+    multipliers) for a coupled M of up to 8 bodies without a force that reads ω; otherwise as
+    `AutoIntegrator()`."""
+    linearised = s2.AutoIntegrator(linearised=True)
+    system = s2.LagrangianSystem(dsp.lagrangian, s2.forces.PivotTorque(0))
+    assert type(linearised.select(system, "dense", 2)) is s2.Rattle
+    assert type(linearised.select(system, "chain", 8)) is s2.Rattle
+    assert type(linearised.select(system, None, 2)) is s2.Rattle  # M unknown before compiling: any M
+    assert type(linearised.select(system, "chain", 9)) is s2.VariationalIntegrator  # Rattle's LU beyond 8
+    assert type(linearised.select(system, "chain")) is s2.VariationalIntegrator  # n unknown
+    assert type(linearised.select(system, "diagonal", 2)) is s2.ExplicitVariationalIntegrator
+    damped = s2.LagrangianSystem(dsp.lagrangian, s2.forces.LinearDamping(0.1))
+    assert type(linearised.select(damped, "dense", 2)) is s2.VariationalIntegrator  # Rattle takes no f(ω)
+    assert type(s2.AutoIntegrator().select(system, "dense", 2)) is s2.VariationalIntegrator
+    q0, omega0 = dsp.paper_state()
+    problem = s2.control.Problem(
+        dsp.lagrangian, dsp.paper_params(), s2.forces.PivotTorque(0), 0.01, 4,
+        running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+    )
+    assert type(problem.plan(jnp.asarray(q0), jnp.asarray(omega0)).integrator) is s2.Rattle
+
+
 def test_plan_is_idempotent():
     """Planning a planned system again changes nothing: what `control` and `simulate_batch` rely on."""
     q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
@@ -227,3 +250,28 @@ def test_a_model_declares_the_structure_of_its_inertia():
         s2.simulate(wrong, dsp_q0, dsp_omega0, dsp_params, **run)
     result = jax.jit(lambda p: s2.simulate(wrong, dsp_q0, dsp_omega0, p, throw=False, **run).result)(dsp_params)
     assert result == s2.RESULTS.inertia_not_diagonal
+
+
+def test_ilqr_through_rattle_is_ilqr_through_the_variational_integrator():
+    """A control problem's default `Rattle` and 002's `VariationalIntegrator` are one map
+    (`Rattle`'s docstring), so iLQR, which linearises every step, finds one optimum through
+    either: the same controls, cost and trajectory to round-off of the iterations. Swing the
+    double pendulum's lower link towards horizontal in 30 steps with a torque on the first."""
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    target = jnp.array([1.0, 0.0, 0.0])
+    problem = s2.control.Problem(
+        dsp.lagrangian, dsp.paper_params(), s2.forces.PivotTorque(0), 0.02, 30,
+        running_cost=lambda t, q, omega, u: 1e-3 * jnp.sum(u**2),
+        terminal_cost=lambda q, omega: jnp.sum((q[1] - target) ** 2) + 0.1 * jnp.sum(omega**2),
+        fidelity=None,  # the discrete models are compared, not their distance to the continuous one
+    )
+    by_default = s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR())
+    by_vi = s2.control.solve(
+        dataclasses.replace(problem, integrator=s2.VariationalIntegrator()), q0, omega0, solver=s2.control.ILQR()
+    )
+    assert by_default.result == by_vi.result == s2.RESULTS.successful
+    assert type(problem.plan(q0, omega0).integrator) is s2.Rattle
+    assert by_default.cost < 0.5 * problem.terminal(*dsp.paper_state())  # the link moved towards the target
+    np.testing.assert_allclose(by_default.cost, by_vi.cost, rtol=1e-10)
+    np.testing.assert_allclose(by_default.controls, by_vi.controls, atol=1e-8)
+    np.testing.assert_allclose(by_default.q, by_vi.q, atol=1e-9)

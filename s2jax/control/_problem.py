@@ -23,7 +23,7 @@ from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
 from .._integrators import AbstractIntegrator, AutoIntegrator, Substeps
-from .._plan import Plan, plan
+from .._plan import LINEARISED, Plan, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate
 from .._solution import Solution
@@ -51,8 +51,10 @@ class Problem(eqx.Module):
     - `terminal_constraint`: c(q_N, ω_N) -> vector, to be driven to zero (default none).
     - `lower`, `upper`: box bounds on each u_k, arrays of shape `control_shape` (default none).
     - `control_shape`: the shape of one u_k (default (3,), a torque).
-    - `integrator`: the integrator of the dynamics; None (default) is `simulate`'s automatic
-      choice (`s2jax.AutoIntegrator`): `VariationalIntegrator` for a Lagrangian of (2.2),
+    - `integrator`: the integrator of the dynamics; None (default) is
+      `s2jax.AutoIntegrator(linearised=True)`: for a Lagrangian of (2.2) the explicit VI where M
+      is diagonal, `Rattle` (002's map by multipliers, cheaper to linearise) for a coupled M of
+      up to 8 bodies without a force that depends on ω, else `VariationalIntegrator`;
       `GeneralVariationalIntegrator` for any other L, `HamiltonianRattle` for a Hamiltonian.
     - `substeps`: integrator steps of h / substeps per control step (default 1): the controls
       stay held over each step of h, the dynamics' error falls by substeps^p (`s2jax.Substeps`).
@@ -118,11 +120,12 @@ class Problem(eqx.Module):
         """The plan of the dynamics (`simulate`'s): the system, with this problem's force, and the
         integrator (in `Substeps` for `substeps` > 1). Idempotent: the plan of a `planned`
         problem is the plan it holds."""
+        integrator = LINEARISED if self.integrator is None else self.integrator
         if isinstance(self.lagrangian, AbstractSystem):
             system = dataclasses.replace(self.lagrangian, force=self.force)
-            the_plan = plan(system, q0, omega0, self.params, integrator=self.integrator)
+            the_plan = plan(system, q0, omega0, self.params, integrator=integrator)
         else:
-            the_plan = plan(self.lagrangian, q0, omega0, self.params, integrator=self.integrator, force=self.force)
+            the_plan = plan(self.lagrangian, q0, omega0, self.params, integrator=integrator, force=self.force)
         if self.substeps == 1:
             return the_plan
         return the_plan._replace(integrator=Substeps(the_plan.integrator, self.substeps))
