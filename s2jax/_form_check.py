@@ -14,6 +14,7 @@ zero mass, a zero length) is a separate diagnosis, the same eagerly and in the g
 integrator can take it.
 """
 
+import functools
 from collections.abc import Callable
 
 import equinox as eqx
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._custom_types import Array, Bool, Float, Lagrangian, Params
+from ._geometry import fixed_random_state
 from ._results import RESULTS
 from ._system import LagrangianSystem, SystemArgs
 
@@ -133,6 +135,16 @@ def lagrangian_form_result(lagrangian, q, omega, params) -> RESULTS:
     return RESULTS.where(structured, definite, RESULTS.not_lagrangian_form)
 
 
+@functools.lru_cache(maxsize=64)
+def _random_vectors(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed random configuration of n bodies and three fixed random probes of shape (n, 3),
+    from numpy's generator: constants of the program, so that neither tracing nor
+    XLA sees a random-number generator (`jax.random.normal` here cost 0.6 s of tracing and
+    compiling per new Lagrangian, a fifth of a first `simulate`; measured on the double pendulum)."""
+    scattered, _ = fixed_random_state(n, seed=1)
+    return scattered, np.random.default_rng(0).normal(size=(3, n, 3))
+
+
 @eqx.filter_jit
 def _form_quantities(lagrangian, q, omega, params):
     system = LagrangianSystem(lagrangian)
@@ -141,11 +153,9 @@ def _form_quantities(lagrangian, q, omega, params):
     c, s = jnp.cos(angle), jnp.sin(angle)
     rotation = jnp.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]], dtype=q.dtype)
     rotation = rotation @ jnp.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]], dtype=q.dtype)
-    scattered = jax.random.normal(jax.random.PRNGKey(1), q.shape, q.dtype)
-    scattered = scattered / jnp.linalg.norm(scattered, axis=-1, keepdims=True)
+    scattered, probes = (jnp.asarray(x, q.dtype) for x in _random_vectors(q.shape[0]))
     configurations = jnp.stack([q, -q, q @ rotation.T, scattered])
     inertias = jax.vmap(lambda x: system.inertia(x, args))(configurations)
-    probes = jax.random.normal(jax.random.PRNGKey(0), (3, *q.shape), q.dtype)
 
     def hessian_product(v):
         momentum = lambda qdot: jax.grad(lagrangian, argnums=1)(q, qdot, params)  # noqa: E731

@@ -90,6 +90,17 @@ def random_state(key: Array, n: int, scale: float = 1.0, dtype=None) -> tuple[Ar
     return q, omega
 
 
+def fixed_random_state(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A random (q, ω) ∈ T(S²)ⁿ as `random_state` draws it, but from numpy's generator with a
+    fixed `seed`: for probes made before compiling (the plan's), where `jax.random` would trace
+    and compile a random-number generator (~0.1–0.6 s in a new process) for a few numbers."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(n, 3))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    omega = rng.normal(size=(n, 3))
+    return q, omega - np.sum(q * omega, axis=-1, keepdims=True) * q
+
+
 def retract_state(
     q: Float[Array, "n 3"],
     omega: Float[Array, "n 3"],

@@ -20,7 +20,7 @@ from ._custom_types import Array, Float, Params
 from ._force import AbstractForce, Force
 from ._form_check import InertiaNotPositiveDefinite, check_lagrangian_form, lagrangian_form_result
 from ._general_system import GeneralLagrangianSystem, check_tangent_inertia, tangent_inertia_is_positive_definite
-from ._geometry import random_state
+from ._geometry import fixed_random_state
 from ._hamiltonian import HamiltonianSystem
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._integrators.auto import AutoIntegrator
@@ -288,6 +288,6 @@ def _probe_state(q0, omega0):
     the state is traced (M of (2.2) does not depend on q, so the params alone decide)."""
     if _is_concrete((q0, omega0)):
         return q0, omega0
-    with jax.ensure_compile_time_eval():  # a constant, even inside a user's jit
-        return random_state(jax.random.PRNGKey(0), q0.shape[0], dtype=q0.dtype)
+    q, omega = fixed_random_state(q0.shape[0], seed=0)  # numpy: a constant, even inside a user's jit
+    return q.astype(q0.dtype), omega.astype(q0.dtype)
 

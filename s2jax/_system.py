@@ -19,7 +19,7 @@ import numpy as np
 
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
-from ._geometry import dot, project_tangent, random_state
+from ._geometry import dot, fixed_random_state, project_tangent
 from ._inertia import STRUCTURES, Inertia
 from ._structured_solve import chain_factors
 
@@ -178,15 +178,15 @@ class LagrangianSystem(AbstractSystem):
             return self
         with jax.ensure_compile_time_eval():
             leaves, treedef = jax.tree_util.tree_flatten(params)
-            for seed in (1, 2):
-                keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+            for seed in (1, 2):  # numpy's generator: no random-number program to compile
+                rng = np.random.default_rng(seed)
                 draws = [
-                    jax.random.uniform(key, leaf.shape, leaf.dtype, 0.5, 1.5)
+                    jnp.asarray(rng.uniform(0.5, 1.5, leaf.shape), leaf.dtype)
                     if isinstance(leaf, jax.core.Tracer) and jnp.issubdtype(leaf.dtype, jnp.floating) else leaf
-                    for key, leaf in zip(keys, leaves)
+                    for leaf in leaves
                 ]
                 probe = jax.tree_util.tree_unflatten(treedef, draws)
-                q = random_state(keys[0], n, dtype=dtype)[0]
+                q = jnp.asarray(fixed_random_state(n, seed)[0], dtype)
                 try:
                     inertia = np.asarray(self.inertia(q, SystemArgs(probe)))
                 except Exception:  # noqa: BLE001 -- L may reject made-up values: then no guess
