@@ -12,8 +12,9 @@ import numpy as np
 
 from ._custom_types import Array, Float
 from ._integrators import RungeKutta4
+from ._plan import Plan
 from ._results import RESULTS
-from ._simulate import simulate
+from ._simulate import simulate_plan
 
 DEFAULT_FIDELITY = 1e-2
 """The continuous-time miss accepted by default (0.6° of a body's direction, 0.01 rad/s)."""
@@ -32,18 +33,19 @@ def continuous_miss(system, params, dt, substeps: int, q, omega, controls=None) 
     `RungeKutta4` at h / (`MISS_REFINEMENT` · substeps), the `controls` held over each step (zero-
     order hold): its error, O(h⁴) at a step 8 times finer, is far below the model's.
 
-    **Arguments:** the planned `system` and its `params`; `dt`; the model's `substeps`; its states
-    `q`, `omega` (N + 1, n, 3); the `controls` (N, …) that drove it, or None.
+    **Arguments:** the planned `system` (its form and params checked by the caller's plan: the
+    reference runs it without a plan of its own, `simulate_plan`) and its `params`; `dt`; the
+    model's `substeps`; its states `q`, `omega` (N + 1, n, 3); the `controls` (N, …) that drove
+    it, or None.
 
     **Returns:** max over k and the bodies i of max(|q_k,i − q̂_i(t_k)|, |ω_k,i − ω̂_i(t_k)|),
     dimensionless in q (a unit vector), rad/s in ω; NaN where the reference failed.
     """
     refinement = MISS_REFINEMENT * substeps
     num_steps = q.shape[0] - 1
-    reference = simulate(
-        system, q[0], omega[0], params, dt=dt / refinement, num_steps=num_steps * refinement,
-        integrator=RungeKutta4(), controls=None if controls is None else jnp.repeat(controls, refinement, axis=0),
-        save_every=refinement, throw=False,
+    reference = simulate_plan(
+        Plan(system, RungeKutta4()), q[0], omega[0], params, dt=dt / refinement, num_steps=num_steps * refinement,
+        controls=None if controls is None else jnp.repeat(controls, refinement, axis=0), save_every=refinement,
     )
     miss_q = jnp.max(jnp.linalg.norm(q - reference.q, axis=-1))
     miss_omega = jnp.max(jnp.linalg.norm(omega - reference.omega, axis=-1))

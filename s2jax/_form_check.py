@@ -26,6 +26,7 @@ from ._custom_types import Array, Bool, Float, Lagrangian, Params
 from ._geometry import fixed_random_state
 from ._results import RESULTS
 from ._system import LagrangianSystem, SystemArgs
+from ._validation import trace_floats
 
 _FORM = "The Lagrangian is not of the form (2.2) of Lee–Leok–McClamroch 2009: "
 
@@ -54,7 +55,10 @@ def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[
         # Concrete values, checked before compiling: evaluated now even when `simulate` is
         # called inside a user's `jax.jit` or `lax.scan` (with params closed over), where the
         # compiled call would otherwise be staged into that computation and return tracers.
+        # Float params as arrays: `filter_jit` would take Python floats as static, and compile
+        # the check again for every new value (and once more for `Problem.planned`'s arrays).
         with jax.ensure_compile_time_eval():
+            params = jax.tree_util.tree_map(trace_floats, params)
             quantities = _form_quantities(lagrangian, q, omega, params)
     else:
         quantities = _form_quantities(lagrangian, q, omega, params)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax import lax
@@ -288,6 +289,7 @@ def _probe_state(q0, omega0):
     the state is traced (M of (2.2) does not depend on q, so the params alone decide)."""
     if _is_concrete((q0, omega0)):
         return q0, omega0
-    q, omega = fixed_random_state(q0.shape[0], seed=0)  # numpy: a constant, even inside a user's jit
-    return q.astype(q0.dtype), omega.astype(q0.dtype)
+    q, omega = fixed_random_state(q0.shape[0], seed=0)
+    with jax.ensure_compile_time_eval():  # a constant, even inside a user's jit
+        return jnp.asarray(q, q0.dtype), jnp.asarray(omega, q0.dtype)
 

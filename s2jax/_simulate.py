@@ -214,6 +214,20 @@ def integrate(
 
 
 _integrate = filter_jit(integrate)
+
+
+def simulate_plan(
+    the_plan: Plan, q0, omega0, params, *, dt, num_steps: int, controls=None, save_every: int = 1, throw: bool = False
+) -> Solution:
+    """`simulate`'s run of a plan made, and of inputs checked, by the caller: for the solvers, whose
+    problems are planned before compiling (`control.Problem.planned`, `fit`). `simulate` would plan
+    again inside their programs, where the params are traced, and so compile the form check of
+    (2.2) into them, for params already checked. The adjoint is `default_adjoint(num_steps)`."""
+    dt = jnp.asarray(dt, q0.dtype)
+    return _integrate(
+        the_plan, default_adjoint(num_steps), q0, omega0, params, dt, controls, None, num_steps, save_every, False,
+        throw,
+    )
 _EAGER_CALLS = EagerCalls()
 
 

@@ -25,7 +25,7 @@ from .._force import AbstractForce
 from .._integrators import AbstractIntegrator, AutoIntegrator, Substeps
 from .._plan import LINEARISED, Plan, plan
 from .._results import RESULTS, _names
-from .._simulate import simulate
+from .._simulate import simulate, simulate_plan
 from .._solution import Solution
 from .._stepper import step_once
 from .._summary import solution_repr
@@ -63,6 +63,7 @@ class Problem(eqx.Module):
       model's trajectory and the continuous system driven by the same held controls, in q (a
       unit vector) and in ω (rad/s): `ControlSolution.continuous_miss`. `solve` refines
       `substeps` until the miss of its solution is below it (see `solve`).
+    - `planned_checks`: set by `planned`, for the solvers (leave it None).
 
     `solve` and `receding_horizon` make the plan once, before compiling (`planned`), so that
     every step the solver linearises is the step `simulate` runs.
@@ -86,6 +87,9 @@ class Problem(eqx.Module):
     # A value, not static: `planned` makes it an array (∞ for None), so that problems differing
     # only in their fidelity share one compiled solve.
     fidelity: float | Float[Array, ""] | None = _fidelity.DEFAULT_FIDELITY
+    # Set by `planned`: the in-graph checks of its plan (`Plan.check_form`, `Plan.check_inertia`),
+    # so that `plan` returns the plan it made instead of planning again (None: not planned).
+    planned_checks: tuple[bool, bool] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if (self.lower is None) != (self.upper is None):
@@ -118,10 +122,16 @@ class Problem(eqx.Module):
 
     def plan(self, q0, omega0) -> Plan:
         """The plan of the dynamics (`simulate`'s): the system, with this problem's force, and the
-        integrator (in `Substeps` for `substeps` > 1). Idempotent: the plan of a `planned`
-        problem is the plan it holds."""
+        integrator (in `Substeps` for `substeps` > 1). The plan of a `planned` problem is the plan
+        it holds, not made again: inside a compiled solve, where the params are traced, planning
+        again would compile the form check of (2.2) into the program, though `planned` checked
+        these params before compiling (measured: 17 plans per solve of the swing-up, 2.1 s of
+        its 12 s first call)."""
         integrator = LINEARISED if self.integrator is None else self.integrator
-        if isinstance(self.lagrangian, AbstractSystem):
+        if self.planned_checks is not None:
+            system = dataclasses.replace(self.lagrangian, force=self.force)
+            the_plan = Plan(system, integrator, *self.planned_checks)
+        elif isinstance(self.lagrangian, AbstractSystem):
             system = dataclasses.replace(self.lagrangian, force=self.force)
             the_plan = plan(system, q0, omega0, self.params, integrator=integrator)
         else:
@@ -150,12 +160,18 @@ class Problem(eqx.Module):
         if not isinstance(fidelity, jax.Array):
             fidelity = jnp.asarray(jnp.inf if fidelity is None else fidelity, dtype=float)
         return dataclasses.replace(
-            self, lagrangian=the_plan.system, integrator=integrator, params=params, fidelity=fidelity
+            self, lagrangian=the_plan.system, integrator=integrator, params=params, fidelity=fidelity,
+            planned_checks=(the_plan.check_form, the_plan.check_inertia),
         )
 
     def simulate(self, q0, omega0, controls, *, throw: bool = False, **kwargs) -> Solution:
-        """The trajectory of `controls` from (q0, ω0): every step saved."""
+        """The trajectory of `controls` from (q0, ω0): every step saved. A `planned` problem runs
+        the plan it holds (`simulate_plan`): inside a solver's program, without a second plan."""
         the_plan = self.plan(q0, omega0)
+        if self.planned_checks is not None and not kwargs:
+            return simulate_plan(
+                the_plan, q0, omega0, self.params, dt=self.dt, num_steps=self.num_steps, controls=controls, throw=throw
+            )
         return simulate(
             the_plan.system, q0, omega0, self.params, dt=self.dt, num_steps=self.num_steps,
             integrator=the_plan.integrator, controls=controls, throw=throw, **kwargs,
