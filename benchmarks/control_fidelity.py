@@ -18,13 +18,17 @@ the cost J, the result, the sub-steps used, the continuous-time miss (`ControlSo
 the distance, over the control instants and bodies, between the model's trajectory and the continuous
 system driven by the same held controls, in q and in ω), the first call's time (tracing, compiling
 and solving; the default's includes its refinement) and the median of `--repeats` solves after it,
-the discretisations' runs interleaved round-robin. Results: benchmarks/results/control_fidelity.json
+the discretisations' runs interleaved round-robin. The default's first call is also measured in
+a fresh process (`first_call_fresh_process_s`): in this one it reuses the programs of the variants
+before it. Results: benchmarks/results/control_fidelity.json
 with the machine and the load before and after.
 """
 
 import argparse
 import dataclasses
 import os
+import subprocess
+import sys
 import time
 
 import jax
@@ -58,18 +62,42 @@ def discretisations(problem, q0, omega0) -> dict:
     return variants
 
 
+def fresh_first_call(name) -> float:
+    """The default solve's first call in a fresh Python process (nothing compiled in memory, JAX's
+    persistent cache off): what a user waits for. In this process the default shares programs
+    with the variants solved before it (the same integrator and sub-steps), so its first call
+    here is not that."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "S2JAX_CACHE_DIR")}
+    out = subprocess.run(
+        [sys.executable, __file__, "--first-call", name], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def _first_call(name):
+    problem, q0, omega0, init = EXAMPLES[name]()
+    start = time.perf_counter()
+    jax.block_until_ready(s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR(), init=init, throw=False))
+    print(time.perf_counter() - start)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="one example, one repeat: a check, not a result")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--examples", default=",".join(EXAMPLES))
+    parser.add_argument("--first-call", choices=list(EXAMPLES), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.first_call:
+        return _first_call(args.first_call)
     names = ["swing_up"] if args.quick else args.examples.split(",")
     repeats = 1 if args.quick else args.repeats
     load_before = os.getloadavg()
     results = {}
     for name in names:
         problem, q0, omega0, init = EXAMPLES[name]()
+        fresh = fresh_first_call(name)
+        print(f"{name:9s} default's first call in a fresh process: {fresh:.1f} s", flush=True)
         rows = {}
         solves = {}
         for label, variant in discretisations(problem, q0, omega0).items():
@@ -89,6 +117,8 @@ def main():
                 "iterations": int(solution.num_iterations),
                 "first_call_s": first,
             }
+            if variant is problem:
+                rows[label]["first_call_fresh_process_s"] = fresh
             solves[label] = solve
             print(f"{name:9s} {label:45s} J = {rows[label]['cost']:.6f}  miss {rows[label]['continuous_miss']:.2e}  "
                   f"substeps {solution.substeps}  first {first:.1f} s", flush=True)

@@ -32,12 +32,12 @@ class AutoIntegrator(eqx.Module):
     **Arguments:**
 
     - `linearised`: the run is differentiated step by step (trajectory optimisation: iLQR
-      linearises every step in every iteration; `s2jax.control.Problem` plans with it). Then a
-      `LagrangianSystem` whose M is not known to be diagonal, of at most `MAX_UNROLLED_BODIES`
-      (8) bodies and without a force that depends on ω, runs `Rattle`: the map of
+      linearises every step in every iteration; `s2jax.control.Problem` and `s2jax.fit.fit`
+      plan with it). Then a `LagrangianSystem` whose M is not known to be diagonal, of at most
+      `MAX_UNROLLED_BODIES` (8) bodies and without a force that depends on ω, runs `Rattle`: the map of
       (3.10)–(3.13) computed by n multipliers instead of 2n tangent coordinates (`Rattle`'s
-      docstring; the same trajectory to round-off), whose derivatives compile 1.6–2.9× and run
-      1.7–2.2× faster in iLQR (measured: docs/api/control.md, "Which integrator"). Default
+      docstring; the same trajectory to round-off), whose derivatives compile 1.6–4.2× and run
+      1.7–2.3× faster in iLQR (measured: docs/api/control.md, "Which integrator"). Default
       False: `simulate` keeps 002's integrator.
 
     `AutoIntegrator` never steps: the plan replaces it by `select`'s choice before compiling, and
