@@ -252,6 +252,7 @@ def test_a_model_declares_the_structure_of_its_inertia():
     assert result == s2.RESULTS.inertia_not_diagonal
 
 
+@pytest.mark.slow  # 10–16 s: kept out of the fast tier (README, 'Tests')
 def test_ilqr_through_rattle_is_ilqr_through_the_variational_integrator():
     """A control problem's default `Rattle` and 002's `VariationalIntegrator` are one map
     (`Rattle`'s docstring), so iLQR, which linearises every step, finds one optimum through

@@ -182,6 +182,7 @@ def test_real_time_mpc_balances_a_plant_with_a_longer_rod():
     assert float(jnp.max(jnp.linalg.norm(free.q - UP[None], axis=-1))) > 1.5
 
 
+@pytest.mark.slow  # 10–16 s: kept out of the fast tier (README, 'Tests')
 def test_the_controller_from_python_is_the_real_time_loop():
     """A Python loop of `RealTimeController` calls and plant steps (`Stepper`) gives the closed
     loop of `receding_horizon(real_time_iterations=2, steps_per_solve=2)` to round-off; a measured

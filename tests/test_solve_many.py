@@ -39,6 +39,7 @@ def _starts(count):
     return q0, omega0
 
 
+@pytest.mark.slow  # 10–16 s: kept out of the fast tier (README, 'Tests')
 def test_each_member_is_its_own_solve_mapped_or_in_lockstep():
     """Three initial states and three guesses: `solve_many` gives each member the controls and
     the iteration count of `solve` on that member alone, both mapped (one member after another)
@@ -84,6 +85,7 @@ def _balance(num_steps):
     )
 
 
+@pytest.mark.slow  # 10–16 s: kept out of the fast tier (README, 'Tests')
 def test_multi_start_keeps_the_best_of_two_local_optima():
     """Holding the pendulum upright for 2 s from 0.2 rad off and moving away: from zero controls
     iLQR finds the local optimum that lets it fall through hanging and swing back (J ≈ 5.2), from
