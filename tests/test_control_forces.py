@@ -272,6 +272,25 @@ def test_bad_controls_and_forces_are_refused_before_compiling(kwargs, message):
         _simulate_with(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("integrator", "force", "message"),
+    [
+        (s2.AdaptiveRungeKutta45(), s2.forces.PivotTorque(0), "cannot hold controls"),
+        (s2.Rattle(), s2.forces.PivotTorque(0) + s2.forces.LinearDamping(1.0), "depends on ω"),
+    ],
+)
+def test_a_control_problem_refuses_what_simulate_refuses_before_compiling(integrator, force, message):
+    """A planned problem runs its plan without `simulate`'s checks (`simulate_plan`), so `planned`
+    makes them: an integrator that cannot hold controls, or cannot take the force."""
+    q0, omega0 = chain.paper_state(2)
+    problem = s2.control.Problem(
+        chain.lagrangian, chain.paper_params(2), force, 0.01, 10,
+        running_cost=lambda t, q, omega, u: jnp.sum(u**2), integrator=integrator,
+    )
+    with pytest.raises(ValueError, match=message):
+        s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR())
+
+
 @pytest.mark.slow
 def test_non_finite_controls_under_jit_give_a_result_code():
     run = jax.jit(lambda controls: _simulate_with(controls=controls, throw=False).result)

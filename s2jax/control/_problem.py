@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _fidelity
+from .._adjoint import DirectAdjoint
 from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
@@ -153,6 +154,9 @@ class Problem(eqx.Module):
         check of (2.2) found, which inside a compiled solve, where the params are traced, could
         not be found."""
         the_plan = self.plan(q0, omega0)
+        # What `simulate` refuses before compiling (an integrator that cannot hold controls, or
+        # cannot take the force), refused here: a planned problem runs without `simulate`'s checks.
+        the_plan.check_options(adjoint=DirectAdjoint(), controls=(), policy=None)
         integrator = the_plan.integrator.integrator if self.substeps > 1 else the_plan.integrator
         # Float leaves as arrays, as `simulate` does: traced, so new values do not recompile.
         params = jax.tree_util.tree_map(trace_floats, self.params)
