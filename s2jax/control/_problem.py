@@ -129,12 +129,12 @@ class Problem(eqx.Module):
         these params before compiling (measured: 17 plans per solve of the swing-up, 2.1 s of
         its 12 s first call)."""
         integrator = LINEARISED if self.integrator is None else self.integrator
-        if self.planned_checks is not None:
+        if isinstance(self.lagrangian, AbstractSystem):  # as a planned problem's is
             system = dataclasses.replace(self.lagrangian, force=self.force)
-            the_plan = Plan(system, integrator, *self.planned_checks)
-        elif isinstance(self.lagrangian, AbstractSystem):
-            system = dataclasses.replace(self.lagrangian, force=self.force)
-            the_plan = plan(system, q0, omega0, self.params, integrator=integrator)
+            if self.planned_checks is not None:
+                the_plan = Plan(system, integrator, *self.planned_checks)
+            else:
+                the_plan = plan(system, q0, omega0, self.params, integrator=integrator)
         else:
             the_plan = plan(self.lagrangian, q0, omega0, self.params, integrator=integrator, force=self.force)
         if self.substeps == 1:
