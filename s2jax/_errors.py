@@ -50,9 +50,11 @@ def error_if(tree, failed, check: Callable[..., None], *operands):
 
 
 def _poison(x):
-    """What an output would be replaced with if the check could fail: NaN, or the largest int."""
+    """What an output would be replaced with if the check could fail: NaN, the largest int, or False."""
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.full_like(x, jnp.nan)
+    if x.dtype == jnp.bool_:
+        return jnp.zeros_like(x)
     return jnp.full_like(x, jnp.iinfo(x.dtype).max)
 
 

@@ -63,6 +63,10 @@ class RESULTS(eqx.Enumeration):
         "trajectory by more than Problem.fidelity (ControlSolution.continuous_miss): refine the dynamics with "
         "Problem(substeps=...), which solve does itself outside jax.jit / jax.vmap / jax.grad, or pass fidelity=None"
     )
+    fit_failed = (
+        "s2jax.fit could not evaluate its residuals at the initial guess (observations not finite, or a "
+        "segment's simulation failed) or at its last iterate (a segment's simulation failed)"
+    )
 
 
 def _names(values) -> np.ndarray:

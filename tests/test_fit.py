@@ -1,8 +1,8 @@
 """Tests of `s2jax.fit.fit`: recovery of known parameters, uncertainty, multiple shooting, checks.
 
 Every fit here has the same shapes (3 s of the double spherical pendulum, 2 segments), so the
-Jacobian (all that the default Levenberg–Marquardt fit compiles), the L-BFGS iteration and the
-Adam iteration are each compiled once for the module.
+default Levenberg–Marquardt fit, the L-BFGS fit and the Adam fit are each compiled once for the
+module.
 """
 
 import warnings
@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
-from s2jax import fit as fit_module
-from s2jax.fit import fit
+from s2jax.fit import _program as fit_program, fit
 from s2jax.models import double_spherical_pendulum as model
 
 DT = 0.01
@@ -40,6 +39,14 @@ def _fit(trajectory, observations, **kwargs):
     )
 
 
+def _iterates(result):
+    """The loss history without its NaN padding (which is all after the last iterate)."""
+    history = np.asarray(result.loss_history)
+    finite = np.isfinite(history)
+    assert np.all(finite[: finite.sum()])
+    return history[finite]
+
+
 @pytest.fixture(scope="module")
 def noise_free_fit(trajectory):
     observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
@@ -50,8 +57,9 @@ def noise_free_fit(trajectory):
 def test_recovers_parameters_from_noise_free_data(noise_free_fit):
     for key in FREE:
         assert abs(float(noise_free_fit.params[key]) / TRUTH[key] - 1) < 5e-3, key
-    assert noise_free_fit.converged
-    assert noise_free_fit.loss_history[-1] < 1e-6 * noise_free_fit.loss_history[0]
+    assert bool(noise_free_fit.converged) and noise_free_fit.result == s2.RESULTS.successful
+    history = _iterates(noise_free_fit)
+    assert history[-1] < 1e-6 * history[0]
 
 
 @pytest.mark.parametrize("optimizer", ["levenberg_marquardt", "adam", "lbfgs"])
@@ -62,8 +70,9 @@ def test_optimizer_alone_recovers_parameters_from_noise_free_data(trajectory, op
         trajectory, observations, optimizer=optimizer, num_iterations=60, refinement_steps=0
     )
     # three continuity weights of at most 60 iterates each (Levenberg–Marquardt also records
-    # each weight's starting loss), plus the end
-    assert result.loss_history.size <= 3 * (60 + 1) + 1
+    # each weight's starting loss)
+    assert 3 <= _iterates(result).size <= 3 * (60 + 1)
+    assert np.asarray(result.stage_iterates).size == 3
     for key in FREE:
         assert abs(float(result.params[key]) / TRUTH[key] - 1) < 5e-3, key
 
@@ -197,15 +206,14 @@ def test_data_shuffled_in_time_fail_the_goodness_of_fit_test(trajectory):
 )
 def test_too_few_observations_are_refused_before_anything_runs(trajectory, monkeypatch, change, message):
     """One observed direction (3 numbers) cannot determine 3 free values and σ, nor 3 values and
-    the 8 numbers of the start: refused before any simulation or optimisation (it came after)."""
+    the 8 numbers of the start: refused before planning or fitting (it came after)."""
     q0, omega0, truth = trajectory
 
     def not_now(*args, **kwargs):
-        raise AssertionError("fit simulated or optimised before checking the degrees of freedom")
+        raise AssertionError("fit planned or fitted before checking the degrees of freedom")
 
-    monkeypatch.setattr("s2jax.fit.simulate", not_now)
-    monkeypatch.setattr("s2jax.fit.minimise", not_now)
-    monkeypatch.setattr("s2jax.fit.levenberg_marquardt", not_now)
+    monkeypatch.setattr("s2jax.fit._fit.plan", not_now)
+    monkeypatch.setattr("s2jax.fit._fit._fit_program", not_now)
     with pytest.raises(ValueError, match=message):
         fit(
             model.lagrangian,
@@ -223,17 +231,20 @@ def test_too_few_observations_are_refused_before_anything_runs(trajectory, monke
 
 @pytest.mark.slow
 def test_progress_reports_each_stage_on_stderr_without_compiling_again(trajectory, noise_free_fit, capfd):
-    """`progress=True` prints each stage and the end, and reuses the compiled Jacobian of the
+    """`progress=True` prints a line per stage and the end, and reuses the compiled program of the
     same fit without it (`noise_free_fit`)."""
     observations = np.asarray(trajectory[2].q[OBSERVED_STEPS][:, [1]])
-    programs = fit_module._linearise.cache_size()
+    programs = fit_program._fit_program.cache_size()
     assert programs >= 1
     result = _fit(trajectory, observations, noise_std=NOISE, progress=True)
     lines = capfd.readouterr().err.splitlines()
-    assert fit_module._linearise.cache_size() == programs
-    for stage in ("stage 1/4, Levenberg–Marquardt, continuity weight 0.001: starting",
-                  "stage 3/4, Levenberg–Marquardt, continuity weight 10: iterate",
-                  "stage 4/4, Gauss–Newton with the jumps held at zero: iterate"):
-        assert any(line.startswith(f"s2jax.fit: {stage}") for line in lines), (stage, lines)
-    assert lines[-1].startswith(f"s2jax.fit: done, loss {float(result.loss_history[-1]):.6g}, converged")
+    assert fit_program._fit_program.cache_size() == programs
+    counts = np.asarray(result.stage_iterates)
+    assert counts.size == 4 and np.all(counts >= 1)
+    for stage, count in zip(("stage 1/4, Levenberg–Marquardt, continuity weight 0.001: ",
+                             "stage 3/4, Levenberg–Marquardt, continuity weight 10: ",
+                             "stage 4/4, Gauss–Newton with the jumps held at zero: "), counts[[0, 2, 3]]):
+        assert any(line.startswith(f"s2jax.fit: {stage}{count} iterates") for line in lines), (stage, lines)
+    assert any("the compiled program reused" in line for line in lines), lines
+    assert lines[-1].startswith(f"s2jax.fit: done, loss {_iterates(result)[-1]:.6g}, converged")
     np.testing.assert_array_equal(result.loss_history, noise_free_fit.loss_history)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
+from s2jax._optimisation import progress as progress_module
 from s2jax.control import _solve as control_solve
 
 
@@ -92,7 +93,7 @@ def first_solve():
     before = control_solve._solve.cache_size()
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
-        patch.setattr(control_solve, "HEARTBEAT_SECONDS", 0.02)  # so that a fast machine's compile shows too
+        patch.setattr(progress_module, "HEARTBEAT_SECONDS", 0.02)  # so that a fast machine's compile shows too
         solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR(), progress=True)
     return problem, solution, err.getvalue(), before, control_solve._solve.cache_size()
 

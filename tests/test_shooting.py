@@ -1,4 +1,5 @@
-"""The pieces under `fit` that trajectory optimisation reuses: the chart, multiple shooting, the optax loop."""
+"""The pieces of the optimisation layer that `fit` and trajectory optimisation share: the chart,
+multiple shooting, the optax loop."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +8,10 @@ import optax
 import pytest
 
 import s2jax as s2
-from s2jax._chart import chart_to_state, tangent_basis
-from s2jax._optimise import minimise
-from s2jax._shooting import MultipleShooting
+from s2jax._optimisation.chart import chart_to_state, tangent_basis
+from s2jax._optimisation.optax_loop import optax_minimise
+from s2jax._optimisation.shooting import MultipleShooting
+from s2jax._plan import plan
 
 dsp = s2.models.double_spherical_pendulum
 
@@ -40,8 +42,9 @@ def test_segments_started_on_one_trajectory_have_no_jumps():
     params = dsp.paper_params()
     whole = s2.simulate(dsp.lagrangian, q0, omega0, params, dt=0.01, num_steps=60, save_every=20)
     base_q, base_omega = whole.q[1:-1], whole.omega[1:-1]
+    the_plan = plan(dsp.lagrangian, jnp.asarray(q0), jnp.asarray(omega0), params, integrator=s2.VariationalIntegrator())
     shooting = MultipleShooting(
-        dsp.lagrangian, s2.VariationalIntegrator(), jnp.asarray(0.01), 20, jnp.asarray(q0), jnp.asarray(omega0),
+        the_plan, jnp.asarray(0.01), 20, jnp.asarray(q0), jnp.asarray(omega0),
         base_q, base_omega, jnp.asarray(tangent_basis(base_q)), False,
     )
     zeros = jnp.zeros((2, 2, 2))
@@ -52,14 +55,19 @@ def test_segments_started_on_one_trajectory_have_no_jumps():
     np.testing.assert_allclose(q[-1, -1], whole.q[-1], atol=1e-12)
 
 
-def test_minimise_stops_on_its_tolerance():
+def test_optax_loop_stops_on_its_tolerance():
     target = jnp.array([1.0, -2.0, 0.5])
 
     def loss(z):
         return jnp.sum((z - target) ** 2) + 1.0
 
-    z, history, converged = minimise(loss, jnp.zeros(3), optax.lbfgs(), 50, 1e-12)
-    assert converged and len(history) < 50
+    def minimise(z, optimizer, steps):
+        return optax_minimise(loss, z, optimizer, steps, 1e-12, 0.0)
+
+    run = jax.jit(minimise, static_argnums=(1, 2))
+    z, values, steps, converged = run(jnp.zeros(3), optax.lbfgs(), 50)
+    assert bool(converged) and int(steps) < 50
     np.testing.assert_allclose(z, target, atol=1e-6)
-    _, history, converged = minimise(loss, jnp.zeros(3), optax.adam(1e-3), 5, 1e-12)
-    assert not converged and len(history) == 5
+    assert np.all(np.isnan(np.asarray(values)[int(steps):]))
+    _, values, steps, converged = run(jnp.zeros(3), optax.adam(1e-3), 5)
+    assert not bool(converged) and int(steps) == 5 and np.all(np.isfinite(values))

@@ -14,9 +14,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._chart import state_to_chart
 from .._custom_types import Array, Float
 from .._jit import filter_jit
+from .._optimisation.chart import state_to_chart
 from ._ilqr import _flat_bounds, _to_vector, backward, expand
 from ._problem import ControlSolution, Problem
 

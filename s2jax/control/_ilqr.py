@@ -19,12 +19,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._chart import chart_to_state, state_to_chart, tangent_basis
 from .._custom_types import Array, Bool, Float
+from .._optimisation.augmented_lagrangian import augmented_lagrangian
+from .._optimisation.chart import chart_to_state, state_to_chart, tangent_basis
 from .._results import RESULTS
 from .._validation import positive_int
 from ._problem import Problem
-from ._solver import AbstractControlSolver, augmented_lagrangian
+from ._solver import AbstractControlSolver
 
 
 def _to_vector(a, b):

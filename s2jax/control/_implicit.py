@@ -38,7 +38,8 @@ from ._problem import Problem
 
 ACTIVE_BOUND_RTOL = 1e-6
 """u*_k,i is on a bound when |u*_k,i − bound| ≤ this × (1 + |bound|): `SingleShooting` reaches a
-face only to ~1e-9 (its tanh reparametrisation, `_solver.squash`), iLQR's box QP exactly."""
+face only to ~1e-9 (its tanh reparametrisation, `s2jax._optimisation.parameterisation.squash`), iLQR's
+box QP exactly."""
 
 
 def closure_converted(problem: Problem, q0, omega0) -> Problem:

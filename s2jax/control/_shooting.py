@@ -9,11 +9,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from .._chart import tangent_basis
+from .._optimisation.augmented_lagrangian import augmented_lagrangian
+from .._optimisation.chart import tangent_basis
+from .._optimisation.optax_loop import optax_minimise
+from .._optimisation.parameterisation import squash, unsquash
+from .._optimisation.shooting import MultipleShooting as _Segments
 from .._results import RESULTS
-from .._shooting import MultipleShooting as _Segments
 from ._problem import Problem
-from ._solver import AbstractControlSolver, augmented_lagrangian, optax_minimise, squash, unsquash
+from ._solver import AbstractControlSolver
 
 
 def _to_controls(problem: Problem, z):
@@ -117,9 +120,8 @@ class MultipleShooting(AbstractControlSolver):
     def _run(self, problem, q0, omega0, decision, z, starts):
         u = _to_controls(problem, z)
         by_segment = u.reshape(self.num_segments, -1, *u.shape[1:])
-        the_plan = problem.plan(q0, omega0)
         segments = _Segments(
-            the_plan.system, the_plan.integrator, jnp.asarray(problem.dt), problem.num_steps // self.num_segments,
+            problem.plan(q0, omega0), jnp.asarray(problem.dt), problem.num_steps // self.num_segments,
             q0, omega0, decision.base_q, decision.base_omega, decision.basis, False,
         )
         q, omega, jumps, failed = segments.run(problem.params, starts, by_segment)

@@ -7,8 +7,6 @@ so it is compiled once and JAX's persistent compilation cache can store it.
 """
 
 import sys
-import threading
-import time
 
 import equinox as eqx
 import jax
@@ -19,11 +17,13 @@ from .._custom_types import Array
 from .._errors import SimulationError, error_if
 from .._fidelity import MAX_SUBSTEPS, next_substeps
 from .._jit import filter_jit
+from .._optimisation.augmented_lagrangian import run_augmented_lagrangian
+from .._optimisation.progress import Heartbeat
 from .._results import RESULTS, _names
 from .._validation import check_initial_state
 from ._implicit import closure_converted, optimal_controls
 from ._problem import ControlSolution, Problem, _meaning, continuous_miss
-from ._solver import AbstractControlSolver, run_augmented_lagrangian
+from ._solver import AbstractControlSolver
 
 
 def solve(
@@ -242,18 +242,6 @@ def _raise_if_failed(codes):
         )
 
 
-# The heartbeat rewrites its line at most this often (seconds).
-HEARTBEAT_SECONDS = 1.0
-# jax.monitoring events: the end of tracing a top-level jitted function (lowering and XLA's
-# compilation follow), the end of XLA's compilation (the program then runs, in the same call on
-# CPU), and a program loaded from the persistent compilation cache.
-_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
-_COMPILED_EVENT = "/jax/core/compile/backend_compile_duration"
-_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_heartbeats = {}  # thread id -> the `_Heartbeat` of that thread's call in progress
-_listening = False
-
-
 def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
     """`solve`'s computation with its heartbeat on stderr, then its report (`progress=True`)."""
     print(
@@ -261,7 +249,7 @@ def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, 
         "solve traces and compiles first) …",
         file=sys.stderr, flush=True,
     )
-    with _Heartbeat() as heartbeat:
+    with Heartbeat("s2jax.control.solve", solve_in_graph.__name__) as heartbeat:
         problem, init = _prepare(problem, q0, omega0, init)
         heartbeat.phase("tracing")
         programs = _solve.cache_size()
@@ -273,83 +261,7 @@ def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, 
     return solution
 
 
-class _Heartbeat:
-    """A status line on stderr, "s2jax.control.solve: compiling … 12 s", rewritten by a daemon
-    thread every `HEARTBEAT_SECONDS` (none for a call that returns sooner) and cleared on exit.
-
-    The calling thread names the phases (`phase`); "tracing" turns into "compiling" when JAX
-    reports (`jax.monitoring`) that it has traced the solve, so the line shows where a first
-    call spends its time. `durations` holds the seconds spent in each phase.
-    """
-
-    def __init__(self):
-        self.owner = threading.get_ident()
-        self.durations: dict[str, float] = {}
-        self.loaded = False  # the program came from JAX's persistent compilation cache
-        self._label = "preparing"
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="s2jax.control.solve progress", daemon=True)
-        self._width = 0
-
-    def __enter__(self) -> "_Heartbeat":
-        _listen()
-        self._start = self._since = time.perf_counter()
-        _heartbeats[self.owner] = self
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exception) -> None:
-        del _heartbeats[self.owner]
-        self._stop.set()
-        self._thread.join()
-        self.phase(None)
-        if self._width:
-            sys.stderr.write("\r" + " " * self._width + "\r")
-            sys.stderr.flush()
-
-    def phase(self, label: str | None) -> None:
-        """End the current phase and start `label`'s (None: the last one ends)."""
-        with self._lock:
-            now = time.perf_counter()
-            self.durations[self._label] = self.durations.get(self._label, 0.0) + now - self._since
-            self._label, self._since = label, now
-
-    def saw(self, event: str, fun_name: str | None) -> None:
-        """A `jax.monitoring` event of the calling thread (`fun_name`: the function traced)."""
-        if event == _TRACE_EVENT and self._label == "tracing" and fun_name in (None, solve_in_graph.__name__):
-            self.phase("compiling")
-        elif event == _CACHE_HIT_EVENT and self._label == "compiling":
-            self.loaded = True
-        elif event == _COMPILED_EVENT and self._label == "compiling":
-            self.phase("solving")  # XLA's compilation of the solve ended: it runs next
-
-    def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            with self._lock:
-                text = f"s2jax.control.solve: {self._label} … {time.perf_counter() - self._start:.0f} s"
-            sys.stderr.write("\r" + text.ljust(self._width))
-            sys.stderr.flush()
-            self._width = max(self._width, len(text))
-
-
-def _on_event(event: str, *_, fun_name: str | None = None, **__) -> None:
-    """The `jax.monitoring` listener: forwards an event to the heartbeat of the thread it happens in."""
-    heartbeat = _heartbeats.get(threading.get_ident())
-    if heartbeat is not None:
-        heartbeat.saw(event, fun_name)
-
-
-def _listen() -> None:
-    """Register `_on_event` with `jax.monitoring`, once per process (it is idle between calls)."""
-    global _listening
-    if not _listening:
-        jax.monitoring.register_event_listener(_on_event)
-        jax.monitoring.register_event_duration_secs_listener(_on_event)
-        _listening = True
-
-
-def _report(solution: ControlSolution, solver, heartbeat: _Heartbeat, compiled: bool) -> str:
+def _report(solution: ControlSolution, solver, heartbeat: Heartbeat, compiled: bool) -> str:
     """What `progress` prints once the solve has returned: the phases' times, one line per
     augmented-Lagrangian round (its last objective, inner iterations, constraint violation),
     and the result."""

@@ -11,8 +11,8 @@ multiple shooting; why this chart: docs/api/fit.md.
 
 import jax.numpy as jnp
 
-from ._custom_types import Array, ArrayLike, Float
-from ._geometry import cayley_rotate
+from .._custom_types import Array, ArrayLike, Float
+from .._geometry import cayley_rotate
 
 
 def tangent_basis(q: Float[ArrayLike, "... 3"]) -> Float[Array, "... 2 3"]:

@@ -1,7 +1,7 @@
 """Multiple shooting on T(S²)ⁿ: one trajectory cut into segments, each simulated from a start of its own.
 
 A window of S·L steps is cut into S segments of L steps. Segment 1 starts at a given state
-(or a fitted one); the starts of the others are unknowns, held in the chart of `_chart.py`, and
+(or a fitted one); the starts of the others are unknowns, held in the chart of `chart.py`, and
 the jumps between the end of a segment and the start of the next are driven to zero by the
 problem built on top (a penalty in `s2jax.fit`, constraints in trajectory optimisation). Over
 a long window a trajectory depends so sensitively on its parameters or controls that a single
@@ -13,12 +13,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._chart import chart_to_state
-from ._custom_types import Array, Bool, Float, Params
-from ._integrators import AbstractIntegrator
-from ._results import RESULTS
-from ._simulate import simulate
-from ._system import AbstractSystem
+from .._custom_types import Array, Bool, Float, Params
+from .._plan import Plan
+from .._results import RESULTS
+from .._simulate import simulate_plan
+from .chart import chart_to_state
 
 
 class MultipleShooting(eqx.Module):
@@ -26,18 +25,17 @@ class MultipleShooting(eqx.Module):
 
     **Fields:**
 
-    - `system`, `integrator`: the planned system (its force included) and integrator
-      (`s2jax._plan.plan`), so every segment runs the step that `simulate` runs.
+    - `plan`: the planned system (its force included) and integrator (`s2jax._plan.plan`, made
+      before compiling), so every segment runs the step that `simulate` runs.
     - `dt`: the step h.
     - `steps_per_segment`: L.
     - `q0`, `omega0`: the start of segment 1 when it is not an unknown.
     - `base_q`, `base_omega`, `basis`: the chart's base points and tangent bases of the unknown
-      starts: segments 1..S if `free_first_start`, else 2..S (`_chart.tangent_basis`).
+      starts: segments 1..S if `free_first_start`, else 2..S (`chart.tangent_basis`).
     - `free_first_start`: whether segment 1's start is an unknown too.
     """
 
-    system: AbstractSystem
-    integrator: AbstractIntegrator
+    plan: Plan
     dt: Float[Array, ""]
     steps_per_segment: int = eqx.field(static=True)
     q0: Float[Array, "n 3"]
@@ -69,9 +67,8 @@ class MultipleShooting(eqx.Module):
         q_start, omega_start = self.starts(coordinates)
 
         def run(q, omega, u):
-            solution = simulate(
-                self.system, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment,
-                integrator=self.integrator, controls=u, throw=False,
+            solution = simulate_plan(
+                self.plan, q, omega, params, dt=self.dt, num_steps=self.steps_per_segment, controls=u
             )
             return solution.q, solution.omega, solution.result != RESULTS.successful
 
