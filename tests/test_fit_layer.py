@@ -101,17 +101,18 @@ def test_observation_functions_recover_the_parameters(truth, observe, free):
     assert np.isfinite(float(result.reduced_chi_squared))
 
 
-def test_an_equal_observation_function_rebuilt_does_not_compile_again(truth):
-    """A lambda made again (a notebook cell run twice) is compared by value."""
+def test_new_values_and_an_equal_function_rebuilt_do_not_compile_again(truth):
+    """A lambda made again (a notebook cell run twice) is compared by value; new guesses, data and
+    σ are values of the same program."""
     data = np.asarray(truth.q[OBSERVED][:, 0, :2])
 
-    def run():
-        return _fit(data, observe=lambda q, omega, params: q[0, :2], num_iterations=2, refinement_steps=0,
-                    noise_std=NOISE)
+    def run(guess, data, noise_std):
+        return _fit(data, params=guess, observe=lambda q, omega, params: q[0, :2], num_iterations=2,
+                    refinement_steps=0, noise_std=noise_std)
 
-    run()
+    run(GUESS, data, NOISE)
     programs = fit_program._fit_program.cache_size()
-    run()
+    run(dict(GUESS, r=1.0, gx=-0.2), data + 1e-3, 2 * NOISE)
     assert fit_program._fit_program.cache_size() == programs
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._by_value import by_value
@@ -48,6 +49,16 @@ def positive(value, name):
 
 def is_concrete(tree) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
+
+
+def floats_as_arrays(leaf):
+    """A float (or float array) leaf of params as a JAX array, a value of the compiled program; other
+    leaves (ints, index lists a model reads with numpy) stay as they are, static."""
+    if isinstance(leaf, (float, np.floating)) and not isinstance(leaf, bool):
+        return jnp.asarray(leaf)
+    if isinstance(leaf, (np.ndarray, jax.Array)) and jnp.issubdtype(leaf.dtype, jnp.floating):
+        return jnp.asarray(leaf)
+    return leaf
 
 
 def parameterisations_of(free) -> dict[str, AbstractParameterisation]:

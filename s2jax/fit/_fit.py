@@ -33,7 +33,15 @@ from .._plan import LINEARISED, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate
 from .._validation import check_initial_state
-from ._arguments import count, grid_steps, is_concrete, observation, parameterisations_of, positive
+from ._arguments import (
+    count,
+    floats_as_arrays,
+    grid_steps,
+    is_concrete,
+    observation,
+    parameterisations_of,
+    positive,
+)
 from ._observation import Directions
 from ._program import FitResult, _fit_program, _FitProblem, _Options
 from ._progress import fit_showing_progress
@@ -307,7 +315,7 @@ def _fit_once(
     the_plan = plan(lagrangian, q0, omega0, params, integrator=integrator)
     segment = np.minimum(steps // length, segments - 1)
     known = {key: value for key, value in params.items() if key not in free}
-    known = jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, (float, int, np.ndarray)) else x, known)
+    known = jax.tree.map(floats_as_arrays, known)  # new values of known floats reuse the program
     # The guesses of the free params are not in `problem`: new guesses do not recompile.
     problem = _FitProblem(
         the_plan, jnp.asarray(dt), length, segments, fit_initial_state, free,
@@ -315,8 +323,10 @@ def _fit_once(
         jnp.asarray(segment), jnp.asarray(steps - segment * length), observations,
     )
     settings = _Options(optimizer, num_iterations, refinement_steps, num_unknowns, directions and noise_std is None)
-    guesses = {key: params[key] for key in free}
-    arguments = (problem, q0, omega0, guesses, jnp.asarray(weights), jnp.asarray(tolerance), noise_std, settings)
+    # Values as arrays, static settings apart: new guesses, data or σ reuse the program.
+    guesses = {key: jnp.asarray(params[key], float) for key in free}
+    sigma = None if noise_std is None else jnp.asarray(noise_std, float)
+    arguments = (problem, q0, omega0, guesses, jnp.asarray(weights), jnp.asarray(tolerance), sigma, settings)
     if progress and concrete:
         result = fit_showing_progress(_fit_program, arguments, weights)
     else:
@@ -325,13 +335,13 @@ def _fit_once(
                   file=sys.stderr, flush=True)
         result = _fit_program(*arguments)
     if concrete:
-        _check_after(result, lagrangian, q0, omega0, params, dt, segments * length, integrator, length, noise_std,
-                     num_unknowns, directions)
+        _check_after(result, lagrangian, q0, omega0, params, observations, dt, segments * length, integrator, length,
+                     noise_std, num_unknowns)
     return result, the_plan, length, concrete
 
 
-def _check_after(result, lagrangian, q0, omega0, params, dt, num_steps, integrator, length, noise_std, num_unknowns,
-                 directions):
+def _check_after(result, lagrangian, q0, omega0, params, observations, dt, num_steps, integrator, length, noise_std,
+                 num_unknowns):
     """On the host, after a concrete fit: say why the guess's run failed; warn of a model that
     does not fit."""
     if result.result != RESULTS.successful and int(result.result._value) != RESULTS.fit_failed._value:
@@ -350,7 +360,9 @@ def _check_after(result, lagrangian, q0, omega0, params, dt, num_steps, integrat
         if noise_std is not None:
             origin, dof = f"the given noise_std = {noise_std:.3g}", data - num_unknowns
         else:
-            origin, dof = "the noise along the radius read from the observations' lengths", 2 * data // 3 - num_unknowns
+            radial = np.sqrt(np.mean((np.linalg.norm(np.asarray(observations), axis=-1) - 1.0) ** 2))
+            origin = f"the noise along the radius, {radial:.3g}, read from the observations' lengths"
+            dof = 2 * data // 3 - num_unknowns
         warnings.warn(
             f"s2jax.fit: the model does not fit the data: χ²/ν = {chi_squared:.3g} (ν = {dof}) of the residuals "
             f"against {origin}, where a model that fits stays below {limit:.3g} in 999 fits of 1000 "

@@ -235,7 +235,7 @@ def fit_in_graph(problem: _FitProblem, q0, omega0, guesses: Params, weights, tol
     segment_q, segment_omega = shooting.starts(coordinates)
     jumps = point.constraint.reshape(problem.segments - 1, 2, n, 3)
     return FitResult(
-        params=jax.tree.map(jnp.asarray, params),
+        params=params,
         standard_errors={key: e.reshape(shape) for key, e, shape in zip(problem.free, errors, problem.shapes)},
         covariance=covariance,
         noise_std=sigma,
