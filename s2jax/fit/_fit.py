@@ -152,6 +152,14 @@ def fit(
     parameterisation's range) are not made, the goodness-of-fit warning is not given (read
     `reduced_chi_squared`), and `throw=True` raises from inside the program.
 
+    **Derivatives.** `jax.grad`, `jax.jvp` and `jax.jacfwd` of `FitResult.params` with respect to
+    the observations, the known params and (q0, ω0) differentiate the optimum, not the iterations:
+    at the optimum the fitted unknowns x* minimise the single-shooting loss f(x; d) of the window,
+    so dx*/dd = −(∇²ₓₓf)⁻¹ ∇²ₓd f (the implicit function theorem; `s2jax/fit/_implicit.py`),
+    with the exact Hessian, not the Gauss–Newton one. A fit that failed or did not converge, or
+    several segments with `refinement_steps=0` (the optimum of a penalised loss), gives NaN
+    derivatives. The other fields of `FitResult` are not differentiated (their tangents are zero).
+
     **Goodness of fit.** A σ estimated from the residuals makes their χ²/ν = |r|²/(σ² ν) equal to 1
     by construction, whatever the data, so the test needs a noise level from elsewhere. With
     `noise_std` given, `reduced_chi_squared` is |r|²/(σ²(N − p)), χ²_ν/ν-distributed for a model that

@@ -27,6 +27,7 @@ from .._plan import Plan
 from .._results import RESULTS
 from .._simulate import simulate_plan
 from ._goodness import against_given_noise, against_radial_noise
+from ._implicit import Inputs, optimum, stop_gradients
 
 
 class FitResult(eqx.Module):
@@ -152,7 +153,10 @@ def _unknown_layout(num_params, num_starts, n, fit_initial_state):
 
 def fit_in_graph(problem: _FitProblem, q0, omega0, guesses: Params, weights, tolerance, noise_std, options: _Options):
     """The guess's run, the optimiser's stages, the refinement, the covariance and the goodness of
-    fit (see `s2jax.fit.fit`)."""
+    fit (see `s2jax.fit.fit`). The iterations run with every derivative stopped; the fitted params
+    carry the derivatives of the optimum (`_implicit.optimum`)."""
+    inputs = Inputs(problem.observations, problem.known, q0, omega0)
+    problem, q0, omega0, guesses = stop_gradients((problem, q0, omega0, guesses))
     x_theta = problem.unconstrained(guesses)
     num_params = x_theta.size
     guess = simulate_plan(
@@ -209,10 +213,14 @@ def fit_in_graph(problem: _FitProblem, q0, omega0, guesses: Params, weights, tol
 
     point = solution.point
     x_theta, coordinates = split(solution.x)
-    params = problem.parameters(x_theta)
+    failed = point.failed | solution.failed_start
+    # Only the optimum of f (no jumps left) is differentiated; a failed or unconverged fit has none.
+    optimal = (problem.segments == 1 or options.refinement_steps > 0) & converged & ~failed
+    independent = np.flatnonzero(~dependent)
+    x_star = optimum(inputs, solution.x[independent], optimal & (guess.result == RESULTS.successful), problem=problem)
+    params = {**problem.parameters(x_star[:num_params]), **inputs.known}
     data = point.data.reshape(problem.observations.shape)
     predicted = data + problem.observations
-    failed = point.failed | solution.failed_start
     result = RESULTS.where(guess.result != RESULTS.successful, guess.result, RESULTS.successful)
     result = RESULTS.where((result == RESULTS.successful) & failed, RESULTS.fit_failed, result)
 
