@@ -12,6 +12,7 @@ docs/integrators/constrained.md, docs/papers.md.
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -207,6 +208,44 @@ def _normal_solve(coupling, x, y, rhs):
     return _solve_small(coupling * dot(x[:, None], y[None]), rhs)
 
 
+def _gram_solve(inverse, x, rhs):
+    """ν with Σ_j R_ij (x_i·x_j) ν_j = rhs_i, R_ij = W_ij/W_jj, by Cholesky: R ∘ Gram is
+    S diag(W)⁻¹ with S = W ∘ Gram symmetric positive definite (a Schur product of two), so
+    ν = diag(W) S⁻¹ rhs, n³/6 flops (LU of R ∘ Gram: n³·2/3)."""
+    factor = jax.scipy.linalg.cho_factor(inverse * (x @ x.T), lower=True)
+    return jnp.diagonal(inverse) * jax.scipy.linalg.cho_solve(factor, rhs)
+
+
+def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, unrolled):
+    """z of a coupled M with more than `MAX_UNROLLED_BODIES` bodies, by chord iterations.
+
+    The expansion of φ into coefficients (`Rattle._step`) holds n³ numbers C_ijk; here each
+    iteration evaluates φ_i(z) = (|x_i|² − 1) + 2 x_i·e_i + |e_i|² from e = d − R (z ⊙ x), O(n²),
+    and applies a fixed approximation of the inverse Jacobian: ∂φ_i/∂z_k = −2 R_ik x_{i,n+1}·x_k
+    is −2 R ∘ Gram(x) up to O(|e|) = O(h |v|), so the chord inverse −½ diag(W) S⁻¹, S = W ∘ Gram
+    factorised once by Cholesky, contracts by O(h |v|) per iteration. The derivative is the exact
+    root's (`newton_root`), solved with the true Jacobian.
+    """
+
+    def residual(z):
+        e = displacement(z)
+        return (dot(x, x) - 1.0) + 2.0 * dot(x, e) + dot(e, e)
+
+    factor = jax.scipy.linalg.cho_factor(lax.stop_gradient(inverse * (x @ x.T)), lower=True)
+    scale = lax.stop_gradient(jnp.diagonal(inverse))
+
+    def approximate_inverse(r):
+        return -0.5 * scale * jax.scipy.linalg.cho_solve(factor, r)
+
+    def jacobian_solve(z, r):
+        return jnp.linalg.solve(-2.0 * coupling * ((x + displacement(z)) @ x.T), r)
+
+    return newton_root(
+        residual, guess, **newton.options, unrolled=unrolled, approximate_inverse=approximate_inverse,
+        jacobian_solve=jacobian_solve,
+    )
+
+
 def _diagonal_multipliers(x, d):
     """z for a diagonal M in closed form: |x_i + d_i − z_i x_i|² = 1 is the quadratic
     |x_i|² z² − 2 (c·x_i) z + γ = 0 with c = x_i + d_i, γ = |c|² − 1 = (|x_i|² − 1) + 2 x_i·d_i +
@@ -260,9 +299,11 @@ class Rattle(_AbstractEmbedded):
     (`newton_root`). μ then solves the linear system
     Σ_j R_ij (x_i·x_j) ν_j = x_i·u_i for the projection v_{n+1} = u − Σ_j R_ij ν_j x_j,
     u = v_{n+1/2} + h/2 W F(x_{n+1}). For n = 2 all solves are written out, up to 8 bodies
-    they are Gaussian elimination unrolled over rows (`_solve_small`), beyond that LU; an
-    iteration is O(n³) work (the VI's chain path is O(n); measured on the chain pendulum, with
-    and without an LU from n = 3: see docs/performance.md, "RATTLE's solves"). Where M is
+    they are Gaussian elimination unrolled over rows (`_solve_small`) on the expanded quadratics
+    (measured on the chain pendulum, with and without an LU from n = 3: see docs/performance.md,
+    "RATTLE's solves"); beyond that the expansion's n³ coefficients are not formed: chord
+    iterations evaluate φ in O(n²) and solve with −2 R ∘ Gram(x_n), factorised once a step by
+    Cholesky (`_many_body_multipliers`), and μ's system by Cholesky too (`_gram_solve`). Where M is
     diagonal (R = I; known before compiling, `LagrangianSystem.inertia_structure == "diagonal"`,
     which `simulate` sets from concrete params) the quadratics decouple into 004's one per body,
     solved in closed form (`_diagonal_multipliers`), O(n) per step.
@@ -319,6 +360,11 @@ class Rattle(_AbstractEmbedded):
         if coupling is None:
             z, solvable = _diagonal_multipliers(x, d)
             result = RESULTS.where(solvable, RESULTS.successful, RESULTS.step_too_large)
+        elif x.shape[0] > MAX_UNROLLED_BODIES:
+            z, _, converged = _many_body_multipliers(
+                inverse, coupling, x, displacement, dt**2 * _rate_guess(state, dt), self.newton, self.unrolled
+            )
+            result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
         else:
             # φ_i(z) = a_i − 2 Σ_j b_ij z_j + Σ_jk C_ijk z_j z_k with p_ij = R_ij x_j:
             # a_i = φ_i(0), b_ij = (x_i + d_i)·p_ij, C_ijk = p_ij·p_ik, taken once per step, so
@@ -348,7 +394,10 @@ class Rattle(_AbstractEmbedded):
         force_next = system.generalized_force(t0 + dt, x_next, omega, args, potential_next)
         inverse_dt = 1.0 / dt
         u = e * inverse_dt + 0.5 * dt * _weighted(inverse, force_next)
-        nu = _normal_solve(coupling, x_next, x_next, dot(x_next, u))
+        if coupling is not None and x.shape[0] > MAX_UNROLLED_BODIES:
+            nu = _gram_solve(inverse, x_next, dot(x_next, u))
+        else:
+            nu = _normal_solve(coupling, x_next, x_next, dot(x_next, u))
         v_next = u - _coupled(coupling, nu[:, None] * x_next)
         # What `_rate_guess` extrapolates: the symmetric mean of the two multipliers' rates, its
         # slope between midpoints (kept where they are too close for a difference quotient, as
