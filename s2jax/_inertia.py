@@ -1,15 +1,17 @@
 """`Inertia`: the constant inertia matrix M of (2.2) of 002 with its structure, and the solves of A.
 
 A(q) is the operator of (2.11)/(3.13), blocks M_ii I₃ and −M_ij q̂_i q̂_j; it is solved in closed
-form for two bodies, in O(n) for a chain (`_structured_solve`), by block elimination otherwise.
+form for two bodies, in O(n) for a chain (`_structured_solve`), by block elimination for up to
+`MAX_UNROLLED_BODIES` bodies, and beyond through M⁻¹ and one n × n Cholesky (`tangent_solve`).
 Built once per simulation by `LagrangianSystem.prepare`; see docs/integrators/variational.md.
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._block_elimination import block_solve
+from ._block_elimination import MAX_UNROLLED_BODIES, block_solve
 from ._custom_types import Array, Bool, Float
 from ._geometry import dot
 from ._structured_solve import (
@@ -37,17 +39,21 @@ class Inertia(eqx.Module):
     - `matrix`: M, shape (n, n).
     - `chain`: (l, c) with M_ij = c_{max(i,j)} l_i l_j where `structure` is "chain", else None.
     - `structure`: one of `STRUCTURES` (static).
+    - `inverse`: M⁻¹ for a dense M of more than `MAX_UNROLLED_BODIES` bodies, else None.
     """
 
     matrix: Float[Array, "n n"]
     chain: tuple[Float[Array, " n"], Float[Array, " n"]] | None
     structure: str = eqx.field(static=True)
+    inverse: Float[Array, "n n"] | None = None
 
     @classmethod
     def of(cls, matrix: Float[Array, "n n"], structure: str) -> "Inertia":
-        """The `Inertia` of M known to have `structure` (the chain's (l, c) computed once)."""
+        """The `Inertia` of M known to have `structure` (the chain's (l, c), or M⁻¹ of many bodies,
+        computed once: `LagrangianSystem.prepare` builds it once per run)."""
         chain = chain_parameters(matrix) if structure == "chain" else None
-        return cls(matrix, chain, structure)
+        many = structure == "dense" and matrix.shape[0] > MAX_UNROLLED_BODIES
+        return cls(matrix, chain, structure, jnp.linalg.inv(matrix) if many else None)
 
     @staticmethod
     def recognise(matrix: np.ndarray) -> str:
@@ -88,11 +94,30 @@ class Inertia(eqx.Module):
         The O(n) recursion of `chain_solve` for a chain (from `MIN_CHAIN_BODIES` links), the
         closed form of `two_body_solve` for two bodies (both assume |q_i| = 1: off the sphere, at
         the stages of Runge–Kutta methods, they are a smooth extension of the operator, which
-        leaves the methods' order alone); otherwise `block_solve` (unrolled 3 × 3 elimination for
-        few bodies, dense LU beyond).
+        leaves the methods' order alone); `tangent_solve` for a dense M of many bodies (the
+        same); otherwise `block_solve` (unrolled 3 × 3 elimination).
         """
         if self.chain is not None and q.shape[0] >= MIN_CHAIN_BODIES:
             return chain_solve(q, rhs, *self.chain)
         if q.shape[0] == 2:
             return two_body_solve(q, rhs, self.matrix)
+        if self.inverse is not None:
+            return tangent_solve(q, rhs, self.inverse)
         return block_solve(self.operator(q), rhs)
+
+
+def tangent_solve(
+    q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], inverse: Float[Array, "n n"]
+) -> Float[Array, "n 3"]:
+    """ω with A(q) ω = rhs for rhs_i ⊥ q_i (the right sides of (2.11) and (3.13) are), given W = M⁻¹.
+
+    For |q_i| = 1 and ω_i ⊥ q_i, (Aω)_i = −q_i × Σ_j M_ij (q_j × ω_j). With u_j = q_j × ω_j,
+    A ω = b reads (M u)_i = q_i × b_i + λ_i q_i for some λ, so u = W(q × b + λ ⊙ q), and u_i ⊥ q_i
+    fixes λ by S λ = −(q_i·(W(q × b))_i)_i with S = W ∘ Gram(q), symmetric positive definite (a
+    Schur product of two): one n × n Cholesky, n³/6 flops, against 18n³ for the LU of the 3n × 3n
+    operator. Then ω_i = u_i × q_i. Off the sphere (Runge–Kutta stages) a smooth extension of
+    A⁻¹, as `chain_solve`'s."""
+    y = inverse @ jnp.cross(q, rhs)
+    factor = jax.scipy.linalg.cho_factor(inverse * (q @ q.T), lower=True)
+    multipliers = jax.scipy.linalg.cho_solve(factor, -dot(q, y))
+    return jnp.cross(y + inverse @ (multipliers[:, None] * q), q)

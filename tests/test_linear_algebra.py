@@ -25,6 +25,22 @@ def test_block_solve_on_the_operator_of_2_11(n):
     np.testing.assert_allclose(x.reshape(-1), np.linalg.solve(dense, np.ravel(rhs)), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("n", [9, 40])
+def test_the_tangent_solve_of_many_bodies_is_the_operators_solve(n):
+    """Past `MAX_UNROLLED_BODIES` a dense `Inertia` solves A(q) ω = b through M⁻¹ and one n × n
+    Cholesky (`tangent_solve`): the 3n × 3n system's solution, for tangent right sides (those of
+    (2.11) and (3.13)), against numpy's LU of the assembled operator."""
+    key_q, key_m, key_b = jax.random.split(jax.random.PRNGKey(n), 3)
+    q, _ = s2.random_state(key_q, n)
+    root = jax.random.normal(key_m, (n, n))
+    structured = s2.Inertia.of(root @ root.T + jnp.eye(n), "dense")
+    assert structured.inverse is not None
+    rhs = s2.project_tangent(q, jax.random.normal(key_b, (n, 3)))
+    dense = np.transpose(np.asarray(structured.operator(q)), (0, 2, 1, 3)).reshape(3 * n, 3 * n)
+    expected = np.linalg.solve(dense, np.ravel(rhs)).reshape(n, 3)
+    np.testing.assert_allclose(structured.solve(q, rhs), expected, rtol=0, atol=1e-11 * np.max(np.abs(expected)))
+
+
 def test_cayley_rotation_is_exact():
     q, _ = s2.random_state(jax.random.PRNGKey(2), 50)
     f = 3.0 * jax.random.normal(jax.random.PRNGKey(3), (50, 3))  # not tangent, not small

@@ -37,8 +37,6 @@ class ImplicitState(eqx.Module):
     cayley_rate: Float[Array, "n 3"]  # f/h of the last step, ≈ ω/2 at its midpoint
     rate_slope: Float[Array, "n 3"]  # d(f/h)/dt, from the last two steps' midpoints
     last_dt: Float[Array, ""]
-    # M⁻¹ of a dense M of more than MAX_UNROLLED_BODIES bodies, for the chord (`_tangent_chord`)
-    inverse: Float[Array, "n n"] | None = None
 
 
 def _coupled(inertia, x, chain):
@@ -106,13 +104,10 @@ def _tangent_chord(q, inverse, mass):
     Cholesky (the closed-form Jacobian at f0 is 3n × 3n, whose LU costs 18n³ flops a step).
 
     At f = 0 the Jacobian (`cayley_jacobian`) is 2M_ii on the normal part of δf_i and 2A(q) on
-    the tangential parts, A the operator of (3.13): (Aω)_i = −q_i × Σ_j M_ij (q_j × ω_j) for
-    ω_i ⊥ q_i. A ω = b is solved through u_j = q_j × ω_j: (M u)_i = q_i × b_i + λ_i q_i, so
-    u = W(q × b + λ ⊙ q) with W = M⁻¹, and u_i ⊥ q_i fixes λ by S λ = −(q_i·(W(q × b))_i)_i,
-    S = W ∘ Gram(q) symmetric positive definite (a Schur product); then ω_i = u_i × q_i. The
-    chord contracts by O(|f|) = O(h|ω|) per iteration (the Jacobian at f0, off the root by
-    O(h³), contracts faster but costs the 3n LU). No derivative flows through it: `newton_root`
-    differentiates the root with the true Jacobian.
+    the tangential parts, A the operator of (3.13), solved as in `_inertia.tangent_solve` (with
+    the Cholesky factor kept for every iteration). The chord contracts by O(|f|) = O(h|ω|) per
+    iteration (the Jacobian at f0, off the root by O(h³), contracts faster but costs the 3n LU).
+    No derivative flows through it: `newton_root` differentiates the root with the true Jacobian.
     """
     q, inverse, mass = lax.stop_gradient((q, inverse, mass))
     factor = jax.scipy.linalg.cho_factor(inverse * (q @ q.T), lower=True)
@@ -120,11 +115,11 @@ def _tangent_chord(q, inverse, mass):
 
     def solve(r):
         normal = dot(q, r)
-        tangential = r - normal[:, None] * q
+        tangential = 0.5 * (r - normal[:, None] * q)
         y = inverse @ jnp.cross(q, tangential)
         multipliers = jax.scipy.linalg.cho_solve(factor, -dot(q, y))
-        u = y + inverse @ (multipliers[:, None] * q)
-        return 0.5 * jnp.cross(u, q) + half_inverse_mass * normal[:, None] * q
+        along = half_inverse_mass * normal[:, None] * q
+        return jnp.cross(y + inverse @ (multipliers[:, None] * q), q) + along
 
     return solve
 
@@ -322,9 +317,7 @@ class VariationalIntegrator(AbstractIntegrator):
         rate = 0.5 * omega
         slope = 0.5 * system.angular_acceleration(t0, q, omega, args)
         zero_dt = jnp.zeros((), rate.dtype)
-        many = q.shape[0] > MAX_UNROLLED_BODIES and inertia.chain is None
-        inverse = lax.stop_gradient(jnp.linalg.inv(inertia.matrix)) if many else None
-        return ImplicitState(-system.potential_gradient(q, args), momentum, rate, slope, zero_dt, inverse)
+        return ImplicitState(-system.potential_gradient(q, args), momentum, rate, slope, zero_dt)
 
     def step(self, system, t0, dt, y, args, state):
         return self._step(system, t0, dt, y, args, state, velocity=True)
@@ -385,10 +378,10 @@ class VariationalIntegrator(AbstractIntegrator):
             converged = converged & solvable
         else:
             f0 = dt * guess
-            if state.inverse is None:
+            if structured.inverse is None:
                 chord = _chord_solve(f0, q, inertia)
             else:
-                chord = _tangent_chord(q, state.inverse, mass)
+                chord = _tangent_chord(q, structured.inverse, mass)
             f, _, converged = newton_root(
                 cayley_residual, f0, **self.newton.options,
                 unrolled=self.unrolled, approximate_inverse=chord,
@@ -424,7 +417,7 @@ class VariationalIntegrator(AbstractIntegrator):
         result = check_finite(result, q_next, omega_next, momentum_next)
         rate = f * inverse_dt
         slope = jnp.where(close, state.rate_slope, (rate - state.cayley_rate) * inverse_span)
-        state = ImplicitState(potential_force, momentum_next, rate, slope, dt, state.inverse)
+        state = ImplicitState(potential_force, momentum_next, rate, slope, dt)
         return (q_next, omega_next), state, result
 
 
