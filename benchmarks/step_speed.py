@@ -209,8 +209,8 @@ def _marginal_pair(makers: dict, steps):
     return {name: 1e6 * (timed[name, 2 * steps][0] - timed[name, steps][0]) / steps for name in makers}
 
 
-# `Rattle`'s n × n solves are unrolled up to 8 bodies; beyond, an LU and O(n³) coefficients per
-# step make it slower than the VI's O(n) chain path, and it is not timed.
+# `Rattle`'s n × n solves are unrolled up to 8 bodies; beyond, one Cholesky (O(n³)) per
+# step makes it slower than the VI's O(n) chain path, and it is not timed.
 RATTLE_MAX_LINKS = 8
 
 
