@@ -1,8 +1,9 @@
 """`Inertia`: the constant inertia matrix M of (2.2) of 002 with its structure, and the solves of A.
 
 A(q) is the operator of (2.11)/(3.13), blocks M_ii I₃ and −M_ij q̂_i q̂_j; it is solved in closed
-form for two bodies, in O(n) for a chain (`_structured_solve`), by block elimination for up to
-`MAX_UNROLLED_BODIES` bodies, and beyond through M⁻¹ and one n × n Cholesky (`tangent_solve`).
+form for two bodies, in O(n) for a chain (`_structured_solve`), by block elimination for fewer
+than `MIN_CHOLESKY_BODIES` bodies, and from there through M⁻¹ and one n × n Cholesky
+(`tangent_solve`).
 Built once per simulation by `LagrangianSystem.prepare`; see docs/integrators/variational.md.
 """
 
@@ -11,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._block_elimination import MAX_UNROLLED_BODIES, block_solve
+from ._block_elimination import block_solve
 from ._custom_types import Array, Bool, Float
 from ._geometry import dot
 from ._structured_solve import (
@@ -26,6 +27,12 @@ from ._structured_solve import (
     two_body_solve,
 )
 
+# From this many bodies a dense M is solved through M⁻¹ and a Cholesky (`tangent_solve`), and the
+# VI's chord on (3.16) with it: the unrolled 3 × 3 block elimination of 8 bodies compiled in 15 s
+# and ran 7.9 µs a step (a random dense M, `benchmarks/dense_inertia.py`'s model), this path 2.0 s
+# and 11.8 µs; at 5 bodies the elimination wins (4.1 s and 0.73 µs against 2.0 s and 10.2 µs).
+MIN_CHOLESKY_BODIES = 8
+
 STRUCTURES = ("dense", "chain", "diagonal")
 """What an `Inertia` may know of M: nothing ("dense"), M_ij = c_{max(i,j)} l_i l_j ("chain"), or
 M_ij = 0 for i ≠ j ("diagonal"). Two bodies are solved in closed form whatever M is."""
@@ -39,7 +46,7 @@ class Inertia(eqx.Module):
     - `matrix`: M, shape (n, n).
     - `chain`: (l, c) with M_ij = c_{max(i,j)} l_i l_j where `structure` is "chain", else None.
     - `structure`: one of `STRUCTURES` (static).
-    - `inverse`: M⁻¹ for a dense M of more than `MAX_UNROLLED_BODIES` bodies, else None.
+    - `inverse`: M⁻¹ for a dense M of at least `MIN_CHOLESKY_BODIES` bodies, else None.
     """
 
     matrix: Float[Array, "n n"]
@@ -52,7 +59,7 @@ class Inertia(eqx.Module):
         """The `Inertia` of M known to have `structure` (the chain's (l, c), or M⁻¹ of many bodies,
         computed once: `LagrangianSystem.prepare` builds it once per run)."""
         chain = chain_parameters(matrix) if structure == "chain" else None
-        many = structure == "dense" and matrix.shape[0] > MAX_UNROLLED_BODIES
+        many = structure == "dense" and matrix.shape[0] >= MIN_CHOLESKY_BODIES
         return cls(matrix, chain, structure, jnp.linalg.inv(matrix) if many else None)
 
     @staticmethod

@@ -99,8 +99,8 @@ def _chord_solve(f0, q, inertia):
 
 
 def _tangent_chord(q, inverse, mass):
-    """The chord's approximate inverse of (3.16)'s Jacobian for a dense M of more than
-    `MAX_UNROLLED_BODIES` bodies: the Jacobian at f = 0, O(n²) per solve after one n × n
+    """The chord's approximate inverse of (3.16)'s Jacobian for a dense M of many bodies
+    (`_inertia.MIN_CHOLESKY_BODIES`): the Jacobian at f = 0, O(n²) per solve after one n × n
     Cholesky (the closed-form Jacobian at f0 is 3n × 3n, whose LU costs 18n³ flops a step).
 
     At f = 0 the Jacobian (`cayley_jacobian`) is 2M_ii on the normal part of δf_i and 2A(q) on
@@ -262,8 +262,9 @@ class VariationalIntegrator(AbstractIntegrator):
        2 M_ii f_i / (1 + |f_i|²) + q_i × Σ_{j≠i} M_ij (F_j − I) q_j = d_i,
        by chord (simplified Newton) iterations (`newton_root`, `_chord_solve`) with the
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step
-       (beyond `MAX_UNROLLED_BODIES` bodies with the Jacobian at f = 0, solved through one n × n
-       Cholesky of M⁻¹ ∘ Gram(q) a step, `_tangent_chord`: O(n³/6) instead of the 3n × 3n LU);
+       (from `_inertia.MIN_CHOLESKY_BODIES` bodies with the Jacobian at f = 0, solved through one
+       n × n Cholesky of M⁻¹ ∘ Gram(q) a step, `_tangent_chord`: O(n³/6) instead of the 3n × 3n
+       LU);
        for a chain (M_ij = c_{max(i,j)} l_i l_j), by Newton's method on the displacements with
        an O(n) solve (`_displacement_newton`); for any two bodies, by the same Newton iterations
        in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`; measured:
