@@ -39,7 +39,9 @@ OBSERVED = np.arange(5, NUM_STEPS + 1, 5)
 FREE = ("l1", "l2", "m2")
 
 
-def setup(size):
+def setup(size, g=None):
+    """`(one, data)`: `one(observations)` fits the problem (at gravity `g`, the paper's if None), and
+    `data` holds `size` noisy datasets."""
     truth = model.paper_params()
     guess = dict(truth, l1=1.08 * truth["l1"], l2=0.93 * truth["l2"], m2=1.1 * truth["m2"])
     q0, omega0 = model.paper_state()
@@ -47,10 +49,10 @@ def setup(size):
     clean = np.asarray(run.q[OBSERVED][:, [1]])
     data = clean + NOISE * np.random.default_rng(0).normal(size=(size, *clean.shape))
 
-    def one(observations):
+    def one(observations, g=truth["g"] if g is None else g):
         return s2.fit.fit(
-            model.lagrangian, guess, observations, times=OBSERVED * DT, bodies=[1], dt=DT, q0=q0, omega0=omega0,
-            free=FREE, segments=2, fidelity=None,
+            model.lagrangian, dict(guess, g=g), observations, times=OBSERVED * DT, bodies=[1], dt=DT, q0=q0,
+            omega0=omega0, free=FREE, segments=2, fidelity=None,
         )
 
     return one, data

@@ -17,7 +17,6 @@ are recorded. Results: benchmarks/results/fit_gradient.json with the machine and
 
 import argparse
 import os
-import time
 
 import jax
 
@@ -26,19 +25,9 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import write  # noqa: E402
+from batched_fits import FREE, setup, timed  # noqa: E402
 
 import s2jax as s2  # noqa: E402
-from s2jax.models import double_spherical_pendulum as model  # noqa: E402
-
-DT, NUM_STEPS, NOISE = 0.01, 300, 1e-3
-OBSERVED = np.arange(5, NUM_STEPS + 1, 5)
-FREE = ("l1", "l2", "m2")
-
-
-def timed(call):
-    start = time.perf_counter()
-    jax.block_until_ready(call())
-    return time.perf_counter() - start
 
 
 def main():
@@ -46,21 +35,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     load_before = os.getloadavg()
-    truth = model.paper_params()
-    guess = dict(truth, l1=1.08 * truth["l1"], l2=0.93 * truth["l2"], m2=1.1 * truth["m2"])
-    q0, omega0 = model.paper_state()
-    run = s2.simulate(model.lagrangian, q0, omega0, truth, dt=DT, num_steps=NUM_STEPS)
-    clean = np.asarray(run.q[OBSERVED][:, [1]])
-    data = clean + NOISE * np.random.default_rng(0).normal(size=clean.shape)
+    one, data = setup(1)
+    data = data[0]
 
     def fitted(g, observations):
-        result = s2.fit.fit(
-            model.lagrangian, dict(guess, g=g), observations, times=OBSERVED * DT, bodies=[1], dt=DT, q0=q0,
-            omega0=omega0, free=FREE, segments=2, fidelity=None,
-        )
+        result = one(observations, g)
         return jnp.stack([result.params[key] for key in FREE])
 
-    g = truth["g"]
+    g = s2.models.double_spherical_pendulum.paper_params()["g"]
     direction = np.random.default_rng(1).normal(size=data.shape)
     calls = {
         "fit": lambda: fitted(g, data),

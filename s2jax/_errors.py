@@ -127,3 +127,23 @@ def raise_if_failed(codes, failed_steps, dt, integrator: str | None = None):
         raise SimulationError(
             failure_message(codes[index], failed_steps[index], np.asarray(dt).reshape(-1)[0], batch_index, integrator)
         )
+
+
+def raise_for_codes(codes, caller: str, *, named: bool = False, hints: dict | None = None) -> None:
+    """Raise `SimulationError` for the first code in `codes` (one, or a batch) that is not
+    `RESULTS.successful`: "`caller` (batch index (i,)): message", the code's name first if
+    `named`, then `hints[code]` if given, and how to get the result instead (throw=False).
+    The solvers' `throw=True` (`control.solve`, `fit`), eagerly or from `error_if`."""
+    codes = np.asarray(codes)
+    bad = np.argwhere(np.atleast_1d(codes != RESULTS.successful._value))
+    if not bad.size:
+        return
+    index = tuple(int(i) for i in bad[0]) if codes.ndim else ()
+    where = f" (batch index {index})" if codes.ndim else ""
+    code = int(codes[index])
+    name = f"RESULTS.{next(n for n, item in RESULTS._name_to_item.items() if item._value == code)}: " if named else ""
+    hint = (hints or {}).get(code, "")
+    raise SimulationError(
+        f"{caller}{where}: {name}{RESULTS._index_to_message[code]}{hint}. Pass throw=False to get the result with "
+        "its code."
+    )

@@ -131,3 +131,9 @@ def filter_jit(fun):
 
     wrapper.cache_size = cache_size
     return wrapper
+
+
+def stop_gradients(tree):
+    """`tree` with the derivatives of its floating-point arrays stopped (other leaves as they are):
+    what an implicit-differentiation rule runs its iterations on."""
+    return jax.tree.map(lambda x: jax.lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)

@@ -8,15 +8,14 @@ so it is compiled once and JAX's persistent compilation cache can store it.
 
 import sys
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import Array
-from .._errors import SimulationError, error_if
+from .._errors import error_if, raise_for_codes
 from .._fidelity import MAX_SUBSTEPS, next_substeps
-from .._jit import filter_jit
+from .._jit import filter_jit, stop_gradients
 from .._optimisation.augmented_lagrangian import run_augmented_lagrangian
 from .._optimisation.progress import Heartbeat
 from .._results import RESULTS, _names
@@ -151,7 +150,7 @@ def solve_in_graph(
     differentiates an iteration.
     """
     problem = closure_converted(problem, q0, omega0)
-    fixed, fixed_q0, fixed_omega0 = _stop_gradient((problem, q0, omega0))
+    fixed, fixed_q0, fixed_omega0 = stop_gradients((problem, q0, omega0))
     decision = solver.init(fixed, fixed_q0, fixed_omega0, fixed.clip(jax.lax.stop_gradient(init)))
     decision, history, iterations, violations, outer, converged, multipliers, penalty = run_augmented_lagrangian(
         solver, fixed, fixed_q0, fixed_omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
@@ -219,27 +218,12 @@ def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, prog
 _solve = filter_jit(solve_in_graph)
 
 
-def _stop_gradient(tree):
-    return jax.tree_util.tree_map(lambda x: jax.lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
-
-
 def _raise_if_failed(codes):
-    codes = np.asarray(codes)
-    bad = np.argwhere(np.atleast_1d(codes != RESULTS.successful._value))
-    if bad.size:
-        index = tuple(int(i) for i in bad[0]) if codes.ndim else ()
-        where = f" (batch index {index})" if codes.ndim else ""
-        code = int(codes[index])
-        hint = ""
-        if code == RESULTS.optimisation_not_converged._value:
-            hint = (
-                "; stopped early, it means the terminal constraint looks unreachable from there (bounds too "
-                "tight or horizon too short?)"
-            )
-        raise SimulationError(
-            f"s2jax.control.solve{where}: {RESULTS._index_to_message[code]}{hint}. Pass throw=False to "
-            "get the last iterate and its result code."
-        )
+    hint = (
+        "; stopped early, it means the terminal constraint looks unreachable from there (bounds too tight or "
+        "horizon too short?)"
+    )
+    raise_for_codes(codes, "s2jax.control.solve", hints={int(RESULTS.optimisation_not_converged._value): hint})
 
 
 def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:

@@ -23,14 +23,14 @@ import numpy as np
 import optax
 
 from .._custom_types import ArrayLike, Float, Lagrangian
-from .._errors import SimulationError, error_if
+from .._errors import SimulationError, error_if, raise_for_codes
 from .._fidelity import DEFAULT_FIDELITY, MAX_SUBSTEPS, continuous_miss, next_substeps
 from .._integrators import AbstractIntegrator, Substeps
 from .._jit import filter_jit
 from .._optimisation.optax_loop import named_optimizer
 from .._optimisation.parameterisation import AbstractParameterisation
 from .._plan import LINEARISED, plan
-from .._results import RESULTS, _names
+from .._results import RESULTS
 from .._simulate import simulate
 from .._validation import check_initial_state
 from ._arguments import (
@@ -216,16 +216,7 @@ def fit(
 
 
 def _raise_if_failed(codes):
-    codes = np.asarray(codes)
-    bad = np.argwhere(np.atleast_1d(codes != RESULTS.successful._value))
-    if bad.size:
-        index = tuple(int(i) for i in bad[0]) if codes.ndim else ()
-        where = f" (batch index {index})" if codes.ndim else ""
-        code = int(codes[index])
-        raise SimulationError(
-            f"s2jax.fit{where}: RESULTS.{_names(code).item()}: {RESULTS._index_to_message[code]}. Pass throw=False to "
-            "get the result with its code."
-        )
+    raise_for_codes(codes, "s2jax.fit", named=True)
 
 
 @filter_jit

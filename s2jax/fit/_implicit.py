@@ -27,11 +27,6 @@ from .._optimisation.chart import chart_to_state, tangent_basis
 from .._simulate import simulate_plan
 
 
-def stop_gradients(tree):
-    """`tree` with the derivatives of its floating-point arrays stopped (other leaves as they are)."""
-    return jax.tree.map(lambda x: jax.lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
-
-
 class Inputs(eqx.Module):
     """What the optimum depends on, as differentiated: the data, the known params, the start."""
 

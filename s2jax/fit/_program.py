@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from .._custom_types import Array, Bool, Float, Int, Params
-from .._jit import filter_jit
+from .._jit import filter_jit, stop_gradients
 from .._optimisation.chart import tangent_basis
 from .._optimisation.least_squares import eliminated_system, penalised_least_squares, penalised_loss
 from .._optimisation.optax_loop import optax_minimise
@@ -27,7 +27,7 @@ from .._plan import Plan
 from .._results import RESULTS
 from .._simulate import simulate_plan
 from ._goodness import against_given_noise, against_radial_noise
-from ._implicit import Inputs, optimum, stop_gradients
+from ._implicit import Inputs, optimum
 
 
 class FitResult(eqx.Module):
