@@ -75,6 +75,10 @@ def test_bounded_and_signed_parameters_are_recovered_with_their_covariance(truth
         [float(result.standard_errors["r"]), float(result.standard_errors["gx"])], np.sqrt(np.diag(expected)),
         rtol=1e-6,
     )
+    lines = result.summary().splitlines()
+    assert lines[0].startswith("s2jax.fit: RESULTS.successful, converged")
+    assert f"r = {float(result.params['r']):.6g} ± {float(result.standard_errors['r']):.2g}" in lines[1]
+    assert "χ²/ν" in lines[2] and "continuous-time miss not checked" in lines[3]
 
 
 @pytest.mark.slow
@@ -169,6 +173,10 @@ def test_jit_of_fit_equals_the_eager_fit_and_a_bad_member_is_named(noisy):
         "successful", "fit_failed", "successful"
     ]
     np.testing.assert_allclose(batch.params["r"][0], eager.params["r"], rtol=1e-12)
+    summary = batch.summary()
+    assert summary.startswith("s2jax.fit: a batch of 3: 2 RESULTS.successful, 1 RESULTS.fit_failed")
+    assert f"r = {float(batch.params['r'][0]):.6g} ± " in summary.splitlines()[1]
+    assert summary.splitlines()[2].startswith("  [1] NOT converged")
     with pytest.raises(Exception, match=r"s2jax.fit \(batch index \(1,\)\): RESULTS.fit_failed"):
         jax.block_until_ready(jax.vmap(lambda data: _fit(data))(jnp.asarray(bad)))
 

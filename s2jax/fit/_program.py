@@ -28,6 +28,7 @@ from .._results import RESULTS
 from .._simulate import simulate_plan
 from ._goodness import against_given_noise, against_radial_noise
 from ._implicit import Inputs, optimum
+from ._summary import fit_summary
 
 
 class FitResult(eqx.Module):
@@ -84,6 +85,13 @@ class FitResult(eqx.Module):
     reduced_chi_squared_limit: Float[Array, ""]
     continuous_miss: Float[Array, ""]
     substeps: int = eqx.field(static=True, default=1)
+
+    def summary(self) -> str:
+        """A few lines on what the fit found: the result and convergence, each fitted value with its
+        standard error, σ and the goodness of fit, the jumps left and the continuous-time miss. A
+        batch (from `jax.vmap`) gives the counts of each result and a line per member (the first
+        ten). `print(result.summary())` shows it."""
+        return fit_summary(self)
 
 
 class _FitProblem(eqx.Module):
