@@ -113,18 +113,25 @@ class Inertia(eqx.Module):
         return block_solve(self.operator(q), rhs)
 
 
+def gram_cholesky(inverse: Float[Array, "n n"], q: Float[Array, "n 3"]):
+    """The Cholesky factor of S = W ∘ Gram(q), W = M⁻¹: symmetric positive definite (a Schur
+    product of two), the n × n matrix of every many-body solve (`tangent_solve`, and RATTLE's
+    multipliers, `_integrators.constrained`)."""
+    return jax.scipy.linalg.cho_factor(inverse * (q @ q.T), lower=True)
+
+
 def tangent_solve(
-    q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], inverse: Float[Array, "n n"]
+    q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], inverse: Float[Array, "n n"], factor=None
 ) -> Float[Array, "n 3"]:
-    """ω with A(q) ω = rhs for rhs_i ⊥ q_i (the right sides of (2.11) and (3.13) are), given W = M⁻¹.
+    """ω with A(q) ω = rhs for rhs_i ⊥ q_i (the right sides of (2.11) and (3.13) are), given W = M⁻¹
+    (and `gram_cholesky(W, q)`, if already computed).
 
     For |q_i| = 1 and ω_i ⊥ q_i, (Aω)_i = −q_i × Σ_j M_ij (q_j × ω_j). With u_j = q_j × ω_j,
     A ω = b reads (M u)_i = q_i × b_i + λ_i q_i for some λ, so u = W(q × b + λ ⊙ q), and u_i ⊥ q_i
-    fixes λ by S λ = −(q_i·(W(q × b))_i)_i with S = W ∘ Gram(q), symmetric positive definite (a
-    Schur product of two): one n × n Cholesky, n³/6 flops, against 18n³ for the LU of the 3n × 3n
-    operator. Then ω_i = u_i × q_i. Off the sphere (Runge–Kutta stages) a smooth extension of
-    A⁻¹, as `chain_solve`'s."""
+    fixes λ by S λ = −(q_i·(W(q × b))_i)_i with S = W ∘ Gram(q): one n × n Cholesky, n³/6 flops,
+    against 18n³ for the LU of the 3n × 3n operator. Then ω_i = u_i × q_i. Off the sphere
+    (Runge–Kutta stages) a smooth extension of A⁻¹, as `chain_solve`'s."""
+    factor = gram_cholesky(inverse, q) if factor is None else factor
     y = inverse @ jnp.cross(q, rhs)
-    factor = jax.scipy.linalg.cho_factor(inverse * (q @ q.T), lower=True)
     multipliers = jax.scipy.linalg.cho_solve(factor, -dot(q, y))
     return jnp.cross(y + inverse @ (multipliers[:, None] * q), q)

@@ -19,6 +19,7 @@ from jax import lax
 from .._block_elimination import MAX_UNROLLED_BODIES
 from .._custom_types import Array, Float
 from .._geometry import dot
+from .._inertia import gram_cholesky
 from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._system import AbstractSystem, LagrangianSystem
@@ -148,8 +149,9 @@ def _weighted(matrix, x):
 
 
 def _solve_small(matrix, rhs):
-    """matrix⁻¹ rhs for an (n, n) matrix: written out for n ≤ 2, Gaussian elimination unrolled
-    over rows up to `MAX_UNROLLED_BODIES`, LU beyond.
+    """matrix⁻¹ rhs for an (n, n) matrix, n ≤ `MAX_UNROLLED_BODIES`: written out for n ≤ 2,
+    Gaussian elimination unrolled over rows beyond (more bodies take `_normal_solve`'s Cholesky
+    and `_many_body_multipliers`).
 
     The unrolled elimination does not pivot. RATTLE's matrices are R ∘ (x_i·y_j) with y = x or
     y = x_{n+1} = x + O(h): (W ∘ Gram) diag(W)⁻¹, a positive definite matrix times a positive
@@ -163,8 +165,6 @@ def _solve_small(matrix, rhs):
     if n == 2:
         (a, b), (c, d) = matrix
         return jnp.stack([d * rhs[0] - b * rhs[1], a * rhs[1] - c * rhs[0]]) * (1.0 / (a * d - b * c))
-    if n > MAX_UNROLLED_BODIES:
-        return jnp.linalg.solve(matrix, rhs)
     # The matrix as a list of rows, eliminated by whole-row arithmetic (no scatter, which would
     # also break the loop compiled whole); the right side apart, so that the result stays linear
     # in it (the implicit-function derivative solves with tangents and transposes the solve).
@@ -201,19 +201,15 @@ def _coupled(coupling, x):
     return x if coupling is None else _weighted(coupling, x)
 
 
-def _normal_solve(coupling, x, y, rhs):
-    """ν with Σ_j R_ij (x_i·y_j) ν_j = rhs_i (R = I: rhs_i/(x_i·y_i))."""
+def _normal_solve(inverse, coupling, x, rhs):
+    """ν with Σ_j R_ij (x_i·x_j) ν_j = rhs_i: rhs_i/|x_i|² for R = I; beyond `MAX_UNROLLED_BODIES`
+    bodies by Cholesky, R ∘ Gram being S diag(W)⁻¹ with S = W ∘ Gram symmetric positive definite,
+    so ν = diag(W) S⁻¹ rhs (`_inertia.gram_cholesky`; n³/6 flops against an LU's n³·2/3)."""
     if coupling is None:
-        return rhs / dot(x, y)
-    return _solve_small(coupling * dot(x[:, None], y[None]), rhs)
-
-
-def _gram_solve(inverse, x, rhs):
-    """ν with Σ_j R_ij (x_i·x_j) ν_j = rhs_i, R_ij = W_ij/W_jj, by Cholesky: R ∘ Gram is
-    S diag(W)⁻¹ with S = W ∘ Gram symmetric positive definite (a Schur product of two), so
-    ν = diag(W) S⁻¹ rhs, n³/6 flops (LU of R ∘ Gram: n³·2/3)."""
-    factor = jax.scipy.linalg.cho_factor(inverse * (x @ x.T), lower=True)
-    return jnp.diagonal(inverse) * jax.scipy.linalg.cho_solve(factor, rhs)
+        return rhs / dot(x, x)
+    if x.shape[0] > MAX_UNROLLED_BODIES:
+        return jnp.diagonal(inverse) * jax.scipy.linalg.cho_solve(gram_cholesky(inverse, x), rhs)
+    return _solve_small(coupling * dot(x[:, None], x[None]), rhs)
 
 
 def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, unrolled):
@@ -231,7 +227,7 @@ def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, un
         e = displacement(z)
         return (dot(x, x) - 1.0) + 2.0 * dot(x, e) + dot(e, e)
 
-    factor = jax.scipy.linalg.cho_factor(lax.stop_gradient(inverse * (x @ x.T)), lower=True)
+    factor = gram_cholesky(*lax.stop_gradient((inverse, x)))
     scale = lax.stop_gradient(jnp.diagonal(inverse))
 
     def approximate_inverse(r):
@@ -303,7 +299,7 @@ class Rattle(_AbstractEmbedded):
     (measured on the chain pendulum, with and without an LU from n = 3: see docs/performance.md,
     "RATTLE's solves"); beyond that the expansion's n³ coefficients are not formed: chord
     iterations evaluate φ in O(n²) and solve with −2 R ∘ Gram(x_n), factorised once a step by
-    Cholesky (`_many_body_multipliers`), and μ's system by Cholesky too (`_gram_solve`). Where M is
+    Cholesky (`_many_body_multipliers`), and μ's system by Cholesky too (`_normal_solve`). Where M is
     diagonal (R = I; known before compiling, `LagrangianSystem.inertia_structure == "diagonal"`,
     which `simulate` sets from concrete params) the quadratics decouple into 004's one per body,
     solved in closed form (`_diagonal_multipliers`), O(n) per step.
@@ -334,7 +330,7 @@ class Rattle(_AbstractEmbedded):
         force = system.generalized_force(t0, q, omega, args, potential_force)
         # The multipliers of the continuous motion, d²|q_i|²/dt² = 0:
         # Σ_j W_ij λ_j (q_i·q_j) = q_i·(W F)_i + |v_i|², in the unknowns W_jj λ_j/2.
-        rate = 0.5 * _normal_solve(coupling, q, q, dot(q, _weighted(inverse, force)) + dot(v, v))
+        rate = 0.5 * _normal_solve(inverse, coupling, q, dot(q, _weighted(inverse, force)) + dot(v, v))
         zeros = jnp.zeros_like(rate)
         return RattleState(v, potential_force, inverse, coupling, rate, zeros, zeros, jnp.zeros((), q.dtype))
 
@@ -394,10 +390,7 @@ class Rattle(_AbstractEmbedded):
         force_next = system.generalized_force(t0 + dt, x_next, omega, args, potential_next)
         inverse_dt = 1.0 / dt
         u = e * inverse_dt + 0.5 * dt * _weighted(inverse, force_next)
-        if coupling is not None and x.shape[0] > MAX_UNROLLED_BODIES:
-            nu = _gram_solve(inverse, x_next, dot(x_next, u))
-        else:
-            nu = _normal_solve(coupling, x_next, x_next, dot(x_next, u))
+        nu = _normal_solve(inverse, coupling, x_next, dot(x_next, u))
         v_next = u - _coupled(coupling, nu[:, None] * x_next)
         # What `_rate_guess` extrapolates: the symmetric mean of the two multipliers' rates, its
         # slope between midpoints (kept where they are too close for a difference quotient, as

@@ -11,13 +11,13 @@ Derivation and the forced (3.10)–(3.13): docs/integrators/variational.md.
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from .._block_elimination import MAX_UNROLLED_BODIES, block_factor, block_solve
 from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
+from .._inertia import gram_cholesky, tangent_solve
 from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
@@ -104,22 +104,19 @@ def _tangent_chord(q, inverse, mass):
     Cholesky (the closed-form Jacobian at f0 is 3n × 3n, whose LU costs 18n³ flops a step).
 
     At f = 0 the Jacobian (`cayley_jacobian`) is 2M_ii on the normal part of δf_i and 2A(q) on
-    the tangential parts, A the operator of (3.13), solved as in `_inertia.tangent_solve` (with
-    the Cholesky factor kept for every iteration). The chord contracts by O(|f|) = O(h|ω|) per
+    the tangential parts, A the operator of (3.13), solved by `_inertia.tangent_solve` (with the
+    Cholesky factor kept for every iteration). The chord contracts by O(|f|) = O(h|ω|) per
     iteration (the Jacobian at f0, off the root by O(h³), contracts faster but costs the 3n LU).
     No derivative flows through it: `newton_root` differentiates the root with the true Jacobian.
     """
     q, inverse, mass = lax.stop_gradient((q, inverse, mass))
-    factor = jax.scipy.linalg.cho_factor(inverse * (q @ q.T), lower=True)
+    factor = gram_cholesky(inverse, q)
     half_inverse_mass = 0.5 / mass
 
     def solve(r):
         normal = dot(q, r)
-        tangential = 0.5 * (r - normal[:, None] * q)
-        y = inverse @ jnp.cross(q, tangential)
-        multipliers = jax.scipy.linalg.cho_solve(factor, -dot(q, y))
-        along = half_inverse_mass * normal[:, None] * q
-        return jnp.cross(y + inverse @ (multipliers[:, None] * q), q) + along
+        tangential = tangent_solve(q, 0.5 * (r - normal[:, None] * q), inverse, factor)
+        return tangential + half_inverse_mass * normal[:, None] * q
 
     return solve
 

@@ -31,7 +31,7 @@ from .._optimisation.optax_loop import named_optimizer
 from .._optimisation.parameterisation import AbstractParameterisation
 from .._plan import LINEARISED, plan
 from .._results import RESULTS
-from .._simulate import simulate
+from .._simulate import simulate, simulate_plan
 from .._validation import check_initial_state
 from ._arguments import (
     count,
@@ -186,7 +186,7 @@ def fit(
     result, the_plan, length, concrete = _fit_once(**options)
     substeps = 1
     while fidelity is not None:
-        miss = _segment_miss(the_plan.system, result, the_plan.integrator, substeps, options["dt"], length)
+        miss = _segment_miss(the_plan, result, substeps, options["dt"], length)
         result = dataclasses.replace(result, continuous_miss=miss, substeps=substeps)
         if not concrete:  # under the user's jit/vmap: reported, not refined
             break
@@ -220,14 +220,15 @@ def _raise_if_failed(codes):
 
 
 @filter_jit
-def _segment_miss(system, result, integrator, substeps, dt, length):
+def _segment_miss(the_plan, result, substeps, dt, length):
     """`continuous_miss` of every segment's run of `length` steps from its fitted start, the
-    largest. `integrator` is the plan's (without sub-steps)."""
-    model = integrator if substeps == 1 else Substeps(integrator, substeps)
+    largest. `the_plan` is the fit's (its integrator without sub-steps): the runs do not plan
+    again inside the program."""
+    model = the_plan if substeps == 1 else the_plan._replace(integrator=Substeps(the_plan.integrator, substeps))
 
     def one(q0, omega0):
-        run = simulate(system, q0, omega0, result.params, dt=dt, num_steps=length, integrator=model, throw=False)
-        miss = continuous_miss(system, result.params, dt, substeps, run.q, run.omega)
+        run = simulate_plan(model, q0, omega0, result.params, dt=dt, num_steps=length)
+        miss = continuous_miss(the_plan.system, result.params, dt, substeps, run.q, run.omega)
         return jnp.where(run.result == RESULTS.successful, miss, jnp.nan)
 
     return jnp.max(jax.vmap(one)(result.segment_q, result.segment_omega))
