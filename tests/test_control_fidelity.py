@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
-from s2jax.control._solve import _solve as compiled_solve
+from s2jax.control import _solve as control_solve
 from s2jax.models import spherical_pendulum as pendulum
 
 TARGET = jnp.array([[0.6, 0.0, 0.8]])
@@ -59,12 +59,15 @@ def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelit
     that the O(h²) law predicts, and the independent reference confirms the miss. Under
     `jax.jit` and `jax.vmap` it cannot refine: it reports the miss with its code, or raises."""
     coarse = s2.control.solve(_reach(10), Q0, OMEGA0, solver=s2.control.ILQR())
-    programs = compiled_solve.cache_size()
+    iterations, solutions = control_solve._iterate.cache_size(), control_solve._finish.cache_size()
     problem = _reach(10, fidelity=5e-4)
     solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
     assert coarse.continuous_miss > 5e-4 and solution.result == s2.RESULTS.successful
-    # the fidelity is a value of the compiled solve: only the refined model compiled anew
-    assert compiled_solve.cache_size() == programs + 1
+    # The fidelity is a value of the compiled programs, and so are iLQR's sub-steps: the
+    # iterations at the refined count ran the program of one sub-step; only the solution's
+    # program (its trajectory at the refined count and its miss) compiled anew.
+    assert control_solve._iterate.cache_size() == iterations
+    assert control_solve._finish.cache_size() == solutions + 1
     # the power of two at or above (1.25 m / f)^(1/2)
     expected = 2 ** int(np.ceil(np.log2(np.sqrt(1.25 * float(coarse.continuous_miss) / 5e-4))))
     assert solution.substeps == expected > 1

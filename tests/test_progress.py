@@ -90,24 +90,24 @@ def first_solve():
     """The problem's first solve, with progress (it traces and compiles), its stderr, and how
     many programs `solve` held before and after."""
     problem = _reach_problem()
-    before = control_solve._solve.cache_size()
+    before = control_solve.cache_size()
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
         patch.setattr(progress_module, "HEARTBEAT_SECONDS", 0.02)  # so that a fast machine's compile shows too
         solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR(), progress=True)
-    return problem, solution, err.getvalue(), before, control_solve._solve.cache_size()
+    return problem, solution, err.getvalue(), before, control_solve.cache_size()
 
 
 def test_toggling_progress_compiles_one_program(first_solve, capfd):
     """progress is no argument of the compiled program: off and on again, `solve` reuses it."""
     problem, loud, _, before, after = first_solve
-    assert after == before + 1
+    assert after == before + 2  # the iterations' program and the solution's
     quiet = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
-    assert control_solve._solve.cache_size() == after
+    assert control_solve.cache_size() == after
     np.testing.assert_array_equal(quiet.controls, loud.controls)
     assert capfd.readouterr().err == ""
     again = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR(), progress=True)
-    assert control_solve._solve.cache_size() == after
+    assert control_solve.cache_size() == after
     np.testing.assert_array_equal(again.controls, loud.controls)
     err = capfd.readouterr().err
     assert "the compiled program reused" in err and "tracing" not in err and "compiling …" not in err
@@ -121,10 +121,13 @@ def test_the_heartbeat_names_the_phases_of_a_first_solve(first_solve):
     assert chunks[0].startswith("s2jax.control.solve: starting (ILQR, 20 steps;")
     beats = [chunk.strip() for chunk in chunks[1:] if " … " in chunk]
     labels = [beat.split(": ")[1].split(" … ")[0] for beat in beats]
-    # In this order, each for as long as it lasts: preparing (planning the problem) may take less
-    # than one beat, tracing and compiling (or loading from the persistent cache) do not.
+    # In this order, each for as long as it lasts, for each of the solve's two programs (its
+    # iterations', then its solution's): preparing (planning the problem) may take less than one
+    # beat, tracing and compiling (or loading from the persistent cache) do not.
     assert "tracing" in labels and "compiling" in labels
-    assert labels == sorted(labels, key=["preparing", "tracing", "compiling", "solving"].index)
+    ranks = [["preparing", "tracing", "compiling", "solving"].index(label) for label in labels]
+    restarts = [k for k in range(1, len(ranks)) if ranks[k] < ranks[k - 1]]
+    assert len(restarts) <= 1 and all(labels[k] == "tracing" for k in restarts)
     assert all(beat.endswith(" s") for beat in beats)
     seconds = r"[0-9.e+-]+ s"
     assert re.search(

@@ -112,17 +112,20 @@ class AbstractSubSteps(AbstractIntegrator):
             result = RESULTS.where(result == RESULTS.successful, sub_result, result)
             return (t + weight * dt, y, state, result), None
 
-        carry = (t0, y, state, RESULTS.successful)
+        _, y, state, result = self.sub_steps(sub_step, (t0, y, state, RESULTS.successful), dt)
+        return y, state, result
+
+    def sub_steps(self, sub_step, carry, dt):
+        """`carry` through `sub_step(carry, γ_j) -> (carry, None)` for each weight γ_j."""
         weights = self.weights
         if len(weights) <= self.max_unrolled:
             for weight in weights:
                 carry, _ = sub_step(carry, weight)
-        else:
-            # One compiled sub-step looped over the weights: 9 or 17 unrolled implicit steps
-            # compile for minutes, and a loop trip costs little beside a sub-step.
-            carry, _ = lax.scan(sub_step, carry, jnp.asarray(weights, dtype=jnp.result_type(dt)))
-        _, y, state, result = carry
-        return y, state, result
+            return carry
+        # One compiled sub-step looped over the weights: 9 or 17 unrolled implicit steps
+        # compile for minutes, and a loop trip costs little beside a sub-step.
+        carry, _ = lax.scan(sub_step, carry, jnp.asarray(weights, dtype=jnp.result_type(dt)))
+        return carry
 
 
 class Composition(AbstractSubSteps):

@@ -8,6 +8,10 @@ and shrinks the second: the error of an order-p method falls by count^p on the s
 
 from typing import ClassVar
 
+import jax.numpy as jnp
+from jax import lax
+
+from .._custom_types import Array, Int
 from .base import AbstractIntegrator
 from .composition import AbstractSubSteps
 
@@ -48,3 +52,35 @@ class Substeps(AbstractSubSteps):
     @property
     def weights(self) -> tuple[float, ...]:
         return (1.0 / self.count,) * self.count
+
+
+class RuntimeSubsteps(AbstractSubSteps):
+    """`Substeps` whose `count` is a value of the program (an integer array), not part of its
+    shape: the sub-steps are a `lax.fori_loop` of `count` trips, so one compiled program serves
+    every count, and each count takes the same arithmetic as `Substeps(integrator, count)`.
+
+    Private, and for forward mode only: a loop of traced length has no reverse-mode derivative.
+    `s2jax.control.solve` iterates iLQR (whose linearisations are `jax.jacfwd`) on it, so that
+    refining a problem's sub-steps to meet its fidelity does not compile the iterations again.
+    """
+
+    integrator: AbstractIntegrator
+    count: Int[Array, ""]
+    max_unrolled: ClassVar[int] = 0
+
+    @property
+    def order(self) -> int:
+        return self.integrator.order
+
+    @property
+    def is_symmetric(self) -> bool:
+        return self.integrator.is_symmetric
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        raise TypeError("RuntimeSubsteps' count is a value of the program: it has no tuple of weights")
+
+    def sub_steps(self, sub_step, carry, dt):
+        dtype = jnp.result_type(dt)
+        weight = jnp.ones((), dtype) / self.count.astype(dtype)  # 1/count, as Substeps' weights
+        return lax.fori_loop(0, self.count, lambda _, carry: sub_step(carry, weight)[0], carry)

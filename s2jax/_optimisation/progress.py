@@ -26,17 +26,19 @@ class Heartbeat:
     thread every `HEARTBEAT_SECONDS` (none for a call that returns sooner) and cleared on exit.
 
     The calling thread names the phases (`phase`); "tracing" turns into "compiling" when JAX
-    reports (`jax.monitoring`) that it has traced the function `program`, so the line shows where a first
-    call spends its time, and "compiling" into `running` when XLA has compiled it. `durations` holds the
-    seconds spent in each phase.
+    reports (`jax.monitoring`) that it has traced the function `program` (or one of a tuple of
+    them), so the line shows where a first call spends its time, and "compiling" into `running`
+    when XLA has compiled it. `durations` holds the seconds spent in each phase.
     """
 
-    def __init__(self, name: str, program: str, running: str = "solving"):
-        self.name, self.program, self.running = name, program, running
+    def __init__(self, name: str, program: str | tuple[str, ...], running: str = "solving"):
+        self.name, self.running = name, running
+        self.programs = (program,) if isinstance(program, str) else tuple(program)
         self.owner = threading.get_ident()
         self.durations: dict[str, float] = {}
         self.loaded = False  # the program came from JAX's persistent compilation cache
         self._label = "preparing"
+        self._traced = False  # whether the current "tracing" phase saw its program traced
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"{name} progress", daemon=True)
@@ -59,15 +61,19 @@ class Heartbeat:
             sys.stderr.flush()
 
     def phase(self, label: str | None) -> None:
-        """End the current phase and start `label`'s (None: the last one ends)."""
+        """End the current phase and start `label`'s (None: the last one ends). A "tracing" phase
+        in which no program was traced was a compiled program running (on CPU a call may run its
+        program before it returns): its time counts as `running`'s."""
         with self._lock:
             now = time.perf_counter()
-            self.durations[self._label] = self.durations.get(self._label, 0.0) + now - self._since
-            self._label, self._since = label, now
+            ended = self.running if self._label == "tracing" and not self._traced else self._label
+            self.durations[ended] = self.durations.get(ended, 0.0) + now - self._since
+            self._label, self._since, self._traced = label, now, False
 
     def saw(self, event: str, fun_name: str | None) -> None:
         """A `jax.monitoring` event of the calling thread (`fun_name`: the function traced)."""
-        if event == _TRACE_EVENT and self._label == "tracing" and fun_name in (None, self.program):
+        if event == _TRACE_EVENT and self._label == "tracing" and fun_name in (None, *self.programs):
+            self._traced = True
             self.phase("compiling")
         elif event == _CACHE_HIT_EVENT and self._label == "compiling":
             self.loaded = True

@@ -12,7 +12,7 @@ iterations of `receding_horizon` (`_real_time.py`) and the feedback policy of a 
 (`_feedback.py`) run the same passes.
 """
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -250,6 +250,7 @@ class ILQR(AbstractControlSolver):
     rtol: float = 1e-10
     regularisation: float = 1e-6
     penalty: float = 10.0
+    forward_mode_only: ClassVar[bool] = True  # A, B by jax.jacfwd; the costs' Hessians do not step
 
     def __check_init__(self):
         positive_int(self.max_steps, "ILQR(max_steps)")

@@ -26,7 +26,7 @@ from .._jit import filter_jit
 from .._results import RESULTS
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
-from ._solve import _raise_if_failed, refine, solve_in_graph, solve_once
+from ._solve import _raise_if_failed, finish_in_graph, iterate_in_graph, iteration_problem, refine, solve_once
 from ._solver import AbstractControlSolver
 
 _AXIS = "members"
@@ -99,7 +99,11 @@ def _solve_members(
 
     def run(problem, init):
         planned = problem.planned(q0[0], omega0[0])
-        return _solve_many(planned, solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh, batch)
+        iterated = _iterate_many(
+            iteration_problem(planned, solver), solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh,
+            batch,
+        )
+        return _finish_many(planned, q0, omega0, iterated, mesh, batch)
 
     solutions = run(problem, init)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, q0, omega0, init)))
@@ -200,26 +204,43 @@ def _members(problem, q0, omega0, init):
     return q0, omega0, init, size
 
 
-@filter_jit
-def _solve_many(problem, solver, q0, omega0, init, max_outer_steps, tolerance, mesh, batch):
-    size = q0.shape[0]
+def _over_members(function, members: tuple, mesh: Mesh, batch: str):
+    """`function(*member)` for each member (the leading axis of every leaf of `members`), the
+    members split over the mesh's devices (B padded with copies of the first member to a
+    multiple of their number, the padding dropped), one after another (`lax.map`) or in
+    lockstep (`jax.vmap`) on each."""
+    size = jtu.tree_leaves(members)[0].shape[0]
     padded = math.ceil(size / mesh.size) * mesh.size
 
     def pad(x):
         return jnp.concatenate([x, jnp.broadcast_to(x[:1], (padded - size, *x.shape[1:]))])
 
-    def one(q0, omega0, init):
-        return solve_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
-
-    def local(q0, omega0, init):
+    def local(*members):
         if batch == "vmap":
-            return jax.vmap(one)(q0, omega0, init)
-        return lax.map(lambda member: one(*member), (q0, omega0, init))
+            return jax.vmap(function)(*members)
+        return lax.map(lambda member: function(*member), members)
 
     spec = PartitionSpec(_AXIS)
     # check_vma=False as in `simulate_batch`: no collectives, and the solver's loops start their
     # carries from constants that become per-member values
-    solutions = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
-        pad(q0), pad(omega0), pad(init)
+    results = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * len(members), out_specs=spec, check_vma=False)(
+        *jtu.tree_map(pad, members)
     )
-    return jtu.tree_map(lambda x: x[:size], solutions)
+    return jtu.tree_map(lambda x: x[:size], results)
+
+
+@filter_jit
+def _iterate_many(problem, solver, q0, omega0, init, max_outer_steps, tolerance, mesh, batch):
+    """Each member's `iterate_in_graph` (as `solve_once`'s iterations: one program for every
+    `substeps` of an iLQR solve)."""
+
+    def one(q0, omega0, init):
+        return iterate_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
+
+    return _over_members(one, (q0, omega0, init), mesh, batch)
+
+
+@filter_jit
+def _finish_many(problem, q0, omega0, iterated, mesh, batch):
+    """Each member's `finish_in_graph`: its solution from the controls its iterations found."""
+    return _over_members(lambda *member: finish_in_graph(problem, *member), (q0, omega0, iterated), mesh, batch)

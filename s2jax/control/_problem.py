@@ -24,6 +24,7 @@ from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
 from .._integrators import AbstractIntegrator, AutoIntegrator, Substeps
+from .._integrators.substeps import RuntimeSubsteps
 from .._plan import LINEARISED, Plan, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate, simulate_plan
@@ -91,6 +92,8 @@ class Problem(eqx.Module):
     # Set by `planned`: the in-graph checks of its plan (`Plan.check_form`, `Plan.check_inertia`),
     # so that `plan` returns the plan it made instead of planning again (None: not planned).
     planned_checks: tuple[bool, bool] | None = eqx.field(static=True, default=None)
+    # Set by `with_runtime_substeps`, for the solvers (leave it None): the sub-steps as a value.
+    runtime_substeps: Int[Array, ""] | None = None
 
     def __check_init__(self):
         if (self.lower is None) != (self.upper is None):
@@ -137,9 +140,21 @@ class Problem(eqx.Module):
                 the_plan = plan(system, q0, omega0, self.params, integrator=integrator)
         else:
             the_plan = plan(self.lagrangian, q0, omega0, self.params, integrator=integrator, force=self.force)
+        if self.runtime_substeps is not None:
+            return the_plan._replace(integrator=RuntimeSubsteps(the_plan.integrator, self.runtime_substeps))
         if self.substeps == 1:
             return the_plan
         return the_plan._replace(integrator=Substeps(the_plan.integrator, self.substeps))
+
+    def with_runtime_substeps(self) -> "Problem":
+        """This problem with its sub-steps a value of the compiled program, not of its shape
+        (`RuntimeSubsteps`, the same steps): the problems of every `substeps` then share one
+        program. For a solver whose iterations differentiate the dynamics in forward mode only
+        (`AbstractControlSolver.forward_mode_only`: iLQR): `solve` iterates on it, so that
+        refining the sub-steps to meet the fidelity does not compile the iterations again."""
+        if self.runtime_substeps is not None:
+            return self
+        return dataclasses.replace(self, substeps=1, runtime_substeps=jnp.asarray(self.substeps))
 
     def with_substeps(self, substeps: int) -> "Problem":
         """This problem with `substeps` sub-steps per control step: e.g.

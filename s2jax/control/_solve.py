@@ -7,6 +7,7 @@ so it is compiled once and JAX's persistent compilation cache can store it.
 """
 
 import sys
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,10 +71,12 @@ def solve(
     steps per control step) and solves again from the controls found: to the power of two that
     the miss's O((h / substeps)^p) law predicts will meet the fidelity (with a margin of 1.25),
     at most `MAX_SUBSTEPS` (`refine`). `solution.substeps` is the count it used. Each new count
-    compiles a new program, once. Under `jax.jit`, `jax.vmap` or `jax.grad` (traced inputs) the
-    miss can only be reported: the solve runs at the problem's own `substeps` and a miss over
-    the fidelity is `RESULTS.continuous_miss_above_fidelity`, as it is outside when
-    `MAX_SUBSTEPS` does not meet it. `fidelity=None` turns the check off.
+    compiles the solution's program once; iLQR's iterations take the count as a value and are
+    compiled once for all counts (`Problem.with_runtime_substeps`). Under `jax.jit`,
+    `jax.vmap` or `jax.grad` (traced inputs) the miss can only be reported: the solve runs at
+    the problem's own `substeps` and a miss over the fidelity is
+    `RESULTS.continuous_miss_above_fidelity`, as it is outside when `MAX_SUBSTEPS` does not
+    meet it. `fidelity=None` turns the check off.
 
     Works under `jax.jit` and `jax.vmap` (e.g. over a batch of initial states, with
     `throw=False`); the initial state is checked before compiling when it is concrete.
@@ -131,33 +134,55 @@ def _prepare(problem: Problem, q0, omega0, init) -> tuple[Problem, Array]:
 
 
 def solve_once(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> ControlSolution:
-    """One compiled solve of `problem` as it is (no refinement, no raising)."""
+    """One solve of `problem` as it is (no refinement, no raising), by two compiled programs:
+    the iterations (`_iterate`, shared by every `substeps` of an iLQR solve) and the solution
+    (`_finish`)."""
     problem, init = _prepare(problem, q0, omega0, init)
-    return _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
+    iterated = _iterate(iteration_problem(problem, solver), solver, q0, omega0, init, max_outer_steps, tolerance)
+    return _finish(problem, q0, omega0, iterated)
 
 
-def solve_in_graph(
-    problem, solver, q0, omega0, init, max_outer_steps, tolerance, *, estimate_miss=True
-) -> ControlSolution:
-    """The computation of `solve`, without its eager checks, refinement and error raising.
+class Iterated(NamedTuple):
+    """What a solver's augmented-Lagrangian rounds found (`iterate_in_graph`): the controls (in
+    the bounds), the augmented objective after each inner iteration, the inner iterations and
+    the violation max|c| of each round, the rounds run, whether they converged, and the λ and ρ
+    of the last round's objective (`run_augmented_lagrangian`)."""
+
+    controls: Array
+    history: Array
+    iterations: Array
+    violations: Array
+    num_outer: Array
+    converged: Array
+    multipliers: Array
+    penalty: Array
+
+
+def iterate_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> Iterated:
+    """The solver's iterations on (problem, q0, ω0, init) with their derivatives stopped: no
+    iteration is ever differentiated (`finish_in_graph` gives the controls the optimum's)."""
+    problem = closure_converted(problem, q0, omega0)
+    problem, q0, omega0, init = stop_gradients((problem, q0, omega0, init))
+    decision = solver.init(problem, q0, omega0, problem.clip(init))
+    decision, history, iterations, violations, outer, converged, multipliers, penalty = run_augmented_lagrangian(
+        solver, problem, q0, omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
+        penalty=getattr(solver, "penalty", 10.0),
+    )
+    controls = problem.clip(solver.controls(problem, decision))
+    return Iterated(controls, history, iterations, violations, outer, converged, multipliers, penalty)
+
+
+def finish_in_graph(problem, q0, omega0, iterated: Iterated, *, estimate_miss=True) -> ControlSolution:
+    """The `ControlSolution` of the controls `iterated` found: they carry the derivatives of the
+    optimum (`_implicit.optimal_controls`), and the trajectory and cost are re-simulated from
+    them, so `jax.grad` of any output never differentiates an iteration.
 
     `estimate_miss=False` skips the continuous-time miss (NaN, never flagged): model predictive
     control re-plans every step, its feedback absorbing the model's error.
-
-    The solver iterates on (problem, q0, ω0) with their derivatives stopped; the controls it
-    returns carry the derivatives of the optimum (`_implicit.optimal_controls`), and the
-    trajectory and cost are re-simulated from them, so `jax.grad` of any output never
-    differentiates an iteration.
     """
     problem = closure_converted(problem, q0, omega0)
-    fixed, fixed_q0, fixed_omega0 = stop_gradients((problem, q0, omega0))
-    decision = solver.init(fixed, fixed_q0, fixed_omega0, fixed.clip(jax.lax.stop_gradient(init)))
-    decision, history, iterations, violations, outer, converged, multipliers, penalty = run_augmented_lagrangian(
-        solver, fixed, fixed_q0, fixed_omega0, decision, max_outer_steps=max_outer_steps, tolerance=tolerance,
-        penalty=getattr(solver, "penalty", 10.0),
-    )
-    controls = fixed.clip(solver.controls(fixed, decision))
-    controls = optimal_controls((problem, q0, omega0), controls, converged)
+    converged = iterated.converged
+    controls = optimal_controls((problem, q0, omega0), iterated.controls, converged)
     sol = problem.simulate(q0, omega0, controls)
     violation = jnp.max(jnp.abs(problem.constraint(sol.q[-1], sol.omega[-1])), initial=0.0)
     if estimate_miss:
@@ -172,9 +197,26 @@ def solve_in_graph(
         result = RESULTS.where(faithful | ~converged, result, RESULTS.continuous_miss_above_fidelity)
     result = RESULTS.where(sol.result == RESULTS.successful, result, sol.result)
     return ControlSolution(
-        controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), history, violation, result,
-        jnp.sum(iterations), outer, iterations, violations, multipliers, penalty, miss, problem.substeps,
+        controls, sol.t, sol.q, sol.omega, problem.cost(sol, controls), iterated.history, violation, result,
+        jnp.sum(iterated.iterations), iterated.num_outer, iterated.iterations, iterated.violations,
+        iterated.multipliers, iterated.penalty, miss, problem.substeps,
     )
+
+
+def solve_in_graph(
+    problem, solver, q0, omega0, init, max_outer_steps, tolerance, *, estimate_miss=True
+) -> ControlSolution:
+    """The computation of `solve`, without its eager checks, refinement and error raising:
+    `iterate_in_graph` then `finish_in_graph` (`estimate_miss` is the latter's)."""
+    iterated = iterate_in_graph(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
+    return finish_in_graph(problem, q0, omega0, iterated, estimate_miss=estimate_miss)
+
+
+def iteration_problem(problem: Problem, solver: AbstractControlSolver) -> Problem:
+    """The problem `solver` iterates on in `solve`'s compiled iterations: its sub-steps a value of
+    the program where the solver differentiates the dynamics in forward mode only (iLQR), so that
+    one program serves every `substeps` that `refine` tries (`Problem.with_runtime_substeps`)."""
+    return problem.with_runtime_substeps() if solver.forward_mode_only else problem
 
 
 def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, progress: bool = False) -> ControlSolution:
@@ -215,7 +257,13 @@ def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, prog
         solution = run(problem, solution.controls)
 
 
-_solve = filter_jit(solve_in_graph)
+_iterate = filter_jit(iterate_in_graph)
+_finish = filter_jit(finish_in_graph)
+
+
+def cache_size() -> int:
+    """How many programs `solve` compiled: its iterations' and its solutions'."""
+    return _iterate.cache_size() + _finish.cache_size()
 
 
 def _raise_if_failed(codes):
@@ -233,14 +281,18 @@ def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, 
         "solve traces and compiles first) …",
         file=sys.stderr, flush=True,
     )
-    with Heartbeat("s2jax.control.solve", solve_in_graph.__name__) as heartbeat:
+    with Heartbeat("s2jax.control.solve", (iterate_in_graph.__name__, finish_in_graph.__name__)) as heartbeat:
         problem, init = _prepare(problem, q0, omega0, init)
+        programs = cache_size()
         heartbeat.phase("tracing")
-        programs = _solve.cache_size()
-        solution = _solve(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
-        compiled = _solve.cache_size() > programs
+        iterated = _iterate(iteration_problem(problem, solver), solver, q0, omega0, init, max_outer_steps, tolerance)
         heartbeat.phase("solving")  # the call returns once the program is dispatched
+        jax.block_until_ready(iterated)
+        heartbeat.phase("tracing")
+        solution = _finish(problem, q0, omega0, iterated)
+        heartbeat.phase("solving")
         jax.block_until_ready(solution)
+        compiled = cache_size() > programs
     print(_report(solution, solver, heartbeat, compiled), file=sys.stderr, flush=True)
     return solution
 

@@ -5,6 +5,7 @@
 """
 
 import abc
+from typing import ClassVar
 
 import equinox as eqx
 
@@ -19,6 +20,10 @@ class AbstractControlSolver(eqx.Module):
     """
 
     max_steps: eqx.AbstractVar[int]
+    # Whether the iterations differentiate the dynamics in forward mode only (`jax.jacfwd`), so
+    # that they can run sub-steps whose count is a value of the program
+    # (`Problem.with_runtime_substeps`): then `solve` compiles them once for every count.
+    forward_mode_only: ClassVar[bool] = False
 
     @abc.abstractmethod
     def init(self, problem: Problem, q0, omega0, controls: Float[Array, "N ..."]):
