@@ -7,9 +7,13 @@ state at a time in a Python loop, the state fed back:
 
 - `Stepper`: `s2.Stepper(...)`, one compiled step per call (`s2jax/_stepper.py`);
 - `simulate, jitted by the user`: `jax.jit` of `s2.simulate(..., num_steps=1)` over (q, ω);
+- `simulate, jitted by the user, params and h as values`: the same with the params and h as
+  arguments of the jitted function, as the eager call's program takes them (its compiled work:
+  new values do not recompile; the user's jit above folds them in as constants);
 - `simulate, eager`: `s2.simulate(..., num_steps=1)` as a plain call: the first call checks and
   plans, the repeats run the program it compiled (`s2jax/_eager.py`); its overhead is reported as
-  its time per call less that of the user's jitted `simulate`; both again with 10 steps a call;
+  its time per call less that of the user's jitted `simulate`, and less that of the jitted one
+  with params and h as values (the same compiled work); all again with 10 steps a call;
 - `compiled step inside one program`: a 1000-step `simulate` in one call, per step: the work a
   call cannot avoid;
 - `mujoco.mj_step`: MuJoCo's own step from Python on a double pendulum of two ball joints with
@@ -71,6 +75,14 @@ def contenders(calls: int) -> dict:
         return np.asarray(solution.q)[-1], np.asarray(solution.omega)[-1]
 
     jitted_10 = jit(lambda q, w: _last(s2.simulate(model.lagrangian, q, w, params, dt=DT, num_steps=10)))
+    # The eager call's own compiled work: its program takes the params and h as values (new values
+    # do not recompile), where a user's jit above folds them in as constants.
+    valued = {
+        steps: jit(lambda q, w, p, h, steps=steps: _last(s2.simulate(model.lagrangian, q, w, p, dt=h, num_steps=steps)))
+        for steps in (1, 10)
+    }
+    arrays = {name: jnp.asarray(value) for name, value in params.items()}
+    dt = jnp.asarray(DT)
 
     def loop(step, count):
         def run():
@@ -87,6 +99,10 @@ def contenders(calls: int) -> dict:
         "simulate, jitted by the user": loop(jitted, calls),
         "simulate, eager": loop(eager, calls),
         "simulate of 10 steps, jitted by the user": loop(jitted_10, calls),
+        "simulate, jitted by the user, params and h as values": loop(lambda q, w: valued[1](q, w, arrays, dt), calls),
+        "simulate of 10 steps, jitted by the user, params and h as values": loop(
+            lambda q, w: valued[10](q, w, arrays, dt), calls
+        ),
         "simulate of 10 steps, eager": loop(lambda q, w: eager(q, w, 10), calls),
         "compiled step inside one program": (lambda: jax.block_until_ready(whole(q0, omega0)), calls),
     }
@@ -135,8 +151,16 @@ def main():
         steps: per_call[f"simulate{label}, eager"] - per_call[f"simulate{label}, jitted by the user"]
         for steps, label in ((1, ""), (10, " of 10 steps"))
     }
+    # Over the same compiled work: a jitted simulate that takes the params and h as values, as the
+    # eager call's program does (the issue's "≤ 50 µs over its compiled work").
+    over_own = {
+        steps: per_call[f"simulate{label}, eager"]
+        - per_call[f"simulate{label}, jitted by the user, params and h as values"]
+        for steps, label in ((1, ""), (10, " of 10 steps"))
+    }
     for steps, seconds in overhead.items():
         print(f"{f'eager simulate of {steps} steps over the jitted one':45s} {seconds * 1e6:10.1f} µs per call")
+        print(f"{'  ... over the jitted one with params as values':45s} {over_own[steps] * 1e6:10.1f} µs per call")
     path = write(
         "stepper_calls",
         {
@@ -148,6 +172,9 @@ def main():
             "load_after": load_after,
             "median_seconds_per_call": per_call,
             "eager_overhead_seconds_per_call": {f"{steps} steps": seconds for steps, seconds in overhead.items()},
+            "eager_overhead_over_the_same_compiled_work_seconds_per_call": {
+                f"{steps} steps": seconds for steps, seconds in over_own.items()
+            },
             "seconds_per_call": times,
         },
         quick=options.quick,
