@@ -4,6 +4,8 @@ model's sub-steps until that miss is within `Problem.fidelity`, both against an 
 solve of the continuous equations (a point mass on a rod in Cartesian coordinates, DOP853 at 1e-12,
 `cartesian_chain_reference`), the controls held over each step."""
 
+import dataclasses
+
 import cartesian_chain_reference as cartesian
 import jax
 import jax.numpy as jnp
@@ -112,6 +114,32 @@ def test_substeps_take_the_base_method_at_the_finer_step():
         _reach(10, fidelity=-1.0)
     with pytest.raises(ValueError, match="`substeps` must be an int ≥ 1"):
         problem.with_substeps(0)
+
+
+def test_a_runtime_count_takes_the_steps_of_substeps_in_one_program():
+    """`RuntimeSubsteps(base, count)`, the count a value of the program (iLQR's iterations in
+    `solve` run it), takes the steps of `Substeps(base, count)` and has their forward-mode
+    derivatives, for every count from one compiled step; reverse mode cannot go through its
+    loop of traced length, which is why only forward-mode solvers use it."""
+    problem = _reach(10).planned(jnp.asarray(Q0), jnp.asarray(OMEGA0))
+    u = jnp.array([0.3, -0.2, 0.1])
+
+    @jax.jit
+    def runtime_step(count, q, omega):
+        return dataclasses.replace(problem.with_runtime_substeps(), runtime_substeps=count).step(0.0, q, omega, u)[0]
+
+    for count in (1, 3, 4):
+        static = problem.with_substeps(count).step(0.0, jnp.asarray(Q0), jnp.asarray(OMEGA0), u)[0]
+        runtime = runtime_step(jnp.asarray(count), jnp.asarray(Q0), jnp.asarray(OMEGA0))
+        for a, b in zip(static, runtime):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-15)
+        static_jacobian = jax.jacfwd(lambda q: problem.with_substeps(count).step(0.0, q, jnp.asarray(OMEGA0), u)[0])
+        runtime_jacobian = jax.jacfwd(lambda q: runtime_step(jnp.asarray(count), q, jnp.asarray(OMEGA0)))
+        for a, b in zip(static_jacobian(jnp.asarray(Q0)), runtime_jacobian(jnp.asarray(Q0))):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-14)
+    assert runtime_step._cache_size() == 1
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.grad(lambda q: runtime_step(jnp.asarray(2), q, jnp.asarray(OMEGA0))[0][0, 0])(jnp.asarray(Q0))
 
 
 @pytest.mark.slow

@@ -66,6 +66,8 @@ class Problem(eqx.Module):
       unit vector) and in ω (rad/s): `ControlSolution.continuous_miss`. `solve` refines
       `substeps` until the miss of its solution is below it (see `solve`).
     - `planned_checks`: set by `planned`, for the solvers (leave it None).
+    - `runtime_substeps`: set by `with_runtime_substeps`, for the solvers (leave it None): the
+      sub-step count as a value of the compiled program (`substeps` is then 1).
 
     `solve` and `receding_horizon` make the plan once, before compiling (`planned`), so that
     every step the solver linearises is the step `simulate` runs.
