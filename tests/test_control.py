@@ -209,7 +209,8 @@ def test_command_line_solves_and_plots(swing_up, tmp_path, capsys):
     from s2jax.apps import cli
 
     assert cli.main(["control", "1", "--out", str(tmp_path)]) == 0
-    assert "control 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "control 1" in out and f"wrote {tmp_path / 'control_1.png'}" in out
     assert (tmp_path / "control_1.png").stat().st_size > 10_000
 
 

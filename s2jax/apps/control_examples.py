@@ -97,4 +97,6 @@ def run(numbers, out: pathlib.Path):
             f"|c| = {float(solution.constraint_violation):.2e}; continuous-time miss "
             f"{float(solution.continuous_miss):.1e} at {solution.substeps} sub-steps per control step"
         )
-        plot(problem, solution, f"control example {number}: {title}", out / f"control_{number}.png")
+        path = out / f"control_{number}.png"
+        plot(problem, solution, f"control example {number}: {title}", path)
+        print(f"wrote {path}")
