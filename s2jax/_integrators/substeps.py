@@ -16,7 +16,19 @@ from .base import AbstractIntegrator
 from .composition import AbstractSubSteps
 
 
-class Substeps(AbstractSubSteps):
+class _AbstractEqualSubsteps(AbstractSubSteps):
+    """Equal sub-steps of a base method: its order and symmetry (`Substeps`, `RuntimeSubsteps`)."""
+
+    @property
+    def order(self) -> int:
+        return self.integrator.order
+
+    @property
+    def is_symmetric(self) -> bool:
+        return self.integrator.is_symmetric
+
+
+class Substeps(_AbstractEqualSubsteps):
     """`integrator` taking `count` steps of h / count per step of h.
 
     The method has the base's order p, its symmetry and what it admits (inertia, forces); its
@@ -42,19 +54,11 @@ class Substeps(AbstractSubSteps):
             raise ValueError(f"Substeps needs count ≥ 1 (an int); got {self.count!r}")
 
     @property
-    def order(self) -> int:
-        return self.integrator.order
-
-    @property
-    def is_symmetric(self) -> bool:
-        return self.integrator.is_symmetric
-
-    @property
     def weights(self) -> tuple[float, ...]:
         return (1.0 / self.count,) * self.count
 
 
-class RuntimeSubsteps(AbstractSubSteps):
+class RuntimeSubsteps(_AbstractEqualSubsteps):
     """`Substeps` whose `count` is a value of the program (an integer array), not part of its
     shape: the sub-steps are a `lax.fori_loop` of `count` trips, so one compiled program serves
     every count, and each count takes the same arithmetic as `Substeps(integrator, count)`.
@@ -67,14 +71,6 @@ class RuntimeSubsteps(AbstractSubSteps):
     integrator: AbstractIntegrator
     count: Int[Array, ""]
     max_unrolled: ClassVar[int] = 0
-
-    @property
-    def order(self) -> int:
-        return self.integrator.order
-
-    @property
-    def is_symmetric(self) -> bool:
-        return self.integrator.is_symmetric
 
     @property
     def weights(self) -> tuple[float, ...]:
