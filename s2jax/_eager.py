@@ -96,6 +96,7 @@ def _integrate_call(static: _Static, arrays: list, q0, omega0, dt, controls) -> 
 
 
 _ARRAY = object()  # where a static leaf stands for one of the arrays
+_SUCCESSFUL = int(RESULTS.successful._value)
 
 
 class EagerCalls:
@@ -188,8 +189,8 @@ class EagerCalls:
             return None
         self._entries.move_to_end(key)
         solution = self.run(entry, q0, omega0, dt, None if callable(controls) else controls)
-        code = np.asarray(solution.result._value)
-        if code != RESULTS.successful._value:
+        code = solution.result._value.item()  # on the host: `item` is the cheapest read of a scalar
+        if code != _SUCCESSFUL:
             if code == RESULTS.invalid_initial_state._value:
                 check_initial_state(q0, omega0, dt)  # raises the eager check's ValueError
             elif code == RESULTS.invalid_controls._value:
