@@ -196,7 +196,7 @@ class RealTimeController:
 
     def __call__(self, q, omega) -> Float[Array, "s ..."]:
         controls, state, code = self._step(self._arrays, self.state, q, omega)
-        code = int(code)
+        code = code.item()  # on the host: `item` is the cheapest read of a scalar (the Stepper's too)
         if code == RESULTS.invalid_initial_state._value:
             check_initial_state(q, omega, self.dt)  # names the body
             raise ValueError("RealTimeController: the measured state is not a finite point of T(S²)ⁿ")
