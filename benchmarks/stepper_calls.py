@@ -23,6 +23,11 @@ Each run times a loop of 1000 calls, each reading its state back
 to the host (`np.asarray(q)`, as a loop that acts on the state must), per call; medians of
 `--repeats` runs, the contenders interleaved round-robin. Results: benchmarks/results/
 stepper_calls.json with the machine and the load before and after.
+
+`--sync-dispatch` runs the same with JAX's CPU client dispatching synchronously
+(`jax.config.update("jax_cpu_enable_async_dispatch", False)` before JAX runs anything): each
+program then runs on the calling thread, without the hand-off to JAX's execution thread that an
+asynchronous call pays. Results: benchmarks/results/stepper_calls_sync_dispatch.json.
 """
 
 import argparse
@@ -131,7 +136,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 calls, 2 repeats: check that it runs")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sync-dispatch", action="store_true", help="JAX's CPU client dispatching synchronously")
     options = parser.parse_args()
+    if options.sync_dispatch:  # before JAX starts its backends, at its first computation
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     calls, repeats = (100, 2) if options.quick else (1000, options.repeats)
     found = contenders(calls)
     for run, _ in found.values():
@@ -162,9 +170,10 @@ def main():
         print(f"{f'eager simulate of {steps} steps over the jitted one':45s} {seconds * 1e6:10.1f} µs per call")
         print(f"{'  ... over the jitted one with params as values':45s} {over_own[steps] * 1e6:10.1f} µs per call")
     path = write(
-        "stepper_calls",
+        "stepper_calls_sync_dispatch" if options.sync_dispatch else "stepper_calls",
         {
-            "command": "python benchmarks/stepper_calls.py" + (" --quick" if options.quick else ""),
+            "command": "python benchmarks/stepper_calls.py" + (" --quick" if options.quick else "")
+            + (" --sync-dispatch" if options.sync_dispatch else ""),
             "model": "double_spherical_pendulum, paper params and state, h = 0.01",
             "calls_per_run": calls,
             "repeats": repeats,
