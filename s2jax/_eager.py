@@ -19,7 +19,7 @@ import numpy as np
 from ._errors import raise_if_failed
 from ._general_system import GeneralLagrangianSystem
 from ._jit import compiler_options, trace_state_clean
-from ._results import RESULTS
+from ._results import RESULTS, SUCCESSFUL_CODE
 from ._solution import Solution
 from ._system import AbstractSystem
 from ._validation import check_controls, check_initial_state, declared_positive
@@ -96,7 +96,6 @@ def _integrate_call(static: _Static, arrays: list, q0, omega0, dt, controls) -> 
 
 
 _ARRAY = object()  # where a static leaf stands for one of the arrays
-_SUCCESSFUL = int(RESULTS.successful._value)
 
 
 class EagerCalls:
@@ -190,7 +189,7 @@ class EagerCalls:
         self._entries.move_to_end(key)
         solution = self.run(entry, q0, omega0, dt, None if callable(controls) else controls)
         code = solution.result._value.item()  # on the host: `item` is the cheapest read of a scalar
-        if code != _SUCCESSFUL:
+        if code != SUCCESSFUL_CODE:
             if code == RESULTS.invalid_initial_state._value:
                 check_initial_state(q0, omega0, dt)  # raises the eager check's ValueError
             elif code == RESULTS.invalid_controls._value:

@@ -69,6 +69,11 @@ class RESULTS(eqx.Enumeration):
     )
 
 
+SUCCESSFUL_CODE = int(RESULTS.successful._value)
+"""`RESULTS.successful` as a Python int: what a code read back on the host (`Array.item()`) is
+compared with in a per-call path (`Stepper`, repeated eager `simulate`)."""
+
+
 def _names(values) -> np.ndarray:
     """The item names of an array of RESULTS codes (same shape), as a numpy array of str."""
     index_to_name = {int(item._value): name for name, item in RESULTS._name_to_item.items()}

@@ -23,7 +23,7 @@ from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._jit import compiler_options
 from ._plan import plan
-from ._results import RESULTS
+from ._results import RESULTS, SUCCESSFUL_CODE
 from ._system import AbstractSystem
 from ._validation import (
     check_force_output,
@@ -78,7 +78,10 @@ class Stepper:
     ):
         q0, omega0, dt = check_state_arguments(q0, omega0, dt)
         if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves((q0, omega0, dt, params))):
-            raise ValueError("a Stepper is built from concrete values, outside jax.jit / jax.vmap; call it inside them")
+            raise ValueError(
+                "a Stepper is built from concrete values, outside jax.jit / jax.vmap / jax.grad; inside them "
+                "use s2.simulate"
+            )
         check_initial_state(q0, omega0, dt)
         params = jtu.tree_map(trace_floats, params)
         check_parameters(params)
@@ -103,6 +106,11 @@ class Stepper:
     def __call__(
         self, q: Float[ArrayLike, "n 3"], omega: Float[ArrayLike, "n 3"], u: ArrayLike | None = None, t: float = 0.0
     ) -> tuple[Float[Array, "n 3"], Float[Array, "n 3"]]:
+        if any(isinstance(x, jax.core.Tracer) for x in (q, omega, u, t)):
+            raise ValueError(
+                "a Stepper is called from Python with concrete states (it reads each step's result code on the "
+                "host); inside jax.jit / jax.vmap / jax.grad use s2.simulate"
+            )
         if self._unforced:
             if u is not None:
                 raise ValueError("this Stepper's system has no force, so nothing reads the control u")
@@ -110,7 +118,7 @@ class Stepper:
         else:
             q1, omega1, code = self._step(q, omega, u, t)
         code = code.item()  # the code on the host: `item` is the cheapest read (~18 µs less than int())
-        if code != _SUCCESSFUL:
+        if code != SUCCESSFUL_CODE:
             raise SimulationError(
                 f"Stepper ({type(self.integrator).__name__}), the step from t = {t}: {RESULTS._index_to_message[code]}"
             )
@@ -120,7 +128,6 @@ class Stepper:
         return f"Stepper({type(self.system).__name__}, {type(self.integrator).__name__}, dt={float(self.dt)})"
 
 
-_SUCCESSFUL = int(RESULTS.successful._value)
 
 
 def step_once(system, integrator, t, dt, q, omega, u, params):

@@ -55,6 +55,8 @@ def test_a_stepper_refuses_what_cannot_be_stepped():
         s2.Stepper(dsp.lagrangian, Q0, OMEGA0, PARAMS, dt=0.01, force=s2.forces.PivotTorque(0))  # no u0
     with pytest.raises(ValueError, match="no force, so nothing reads the control u"):
         stepper(Q0, OMEGA0, jnp.zeros(3))
+    with pytest.raises(ValueError, match="called from Python with concrete states"):
+        jax.jit(stepper)(Q0, OMEGA0)
     with pytest.raises(ValueError, match="built from concrete values"):
         jax.jit(lambda g: s2.Stepper(dsp.lagrangian, Q0, OMEGA0, dict(PARAMS, g=g), dt=0.01).dt)(9.81)
 
