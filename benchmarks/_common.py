@@ -27,6 +27,13 @@ def jit(fn, **kwargs):
     return jax.jit(fn, compiler_options=s2.compiler_options() or None, **kwargs)
 
 
+def timed(call) -> float:
+    """Wall time of one `call()`, blocking on its outputs."""
+    start = time.perf_counter()
+    jax.block_until_ready(call())
+    return time.perf_counter() - start
+
+
 def median_time(fn, repeats: int = 7) -> tuple[float, list[float]]:
     """Median wall time of `fn()` (blocking on its outputs) over `repeats` runs, after a warm-up."""
     jax.block_until_ready(fn())

@@ -21,7 +21,6 @@ are recorded. Results: benchmarks/results/batched_fits.json with the machine and
 
 import argparse
 import os
-import time
 
 import jax
 
@@ -29,7 +28,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import write  # noqa: E402
+from _common import timed, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax.models import double_spherical_pendulum as model  # noqa: E402
@@ -57,11 +56,6 @@ def setup(size, g=None):
 
     return one, data
 
-
-def timed(call):
-    start = time.perf_counter()
-    jax.block_until_ready(call())
-    return time.perf_counter() - start
 
 
 def iterates(result):

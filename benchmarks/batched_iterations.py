@@ -22,14 +22,13 @@ with the machine and the load.
 import argparse
 import dataclasses
 import os
-import time
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
-from _common import write  # noqa: E402
+from _common import timed, write  # noqa: E402
 from batched_solves import near_hanging  # noqa: E402
 
 import s2jax as s2  # noqa: E402
@@ -37,11 +36,6 @@ from s2jax.control.examples import spherical_pendulum_swing_up  # noqa: E402
 
 ITERATIONS = 20
 
-
-def timed(call) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(call())
-    return time.perf_counter() - start
 
 
 def measure(size, repeats):

@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 if "--host-devices" in sys.argv:  # before jax is imported
     count = sys.argv[sys.argv.index("--host-devices") + 1]
@@ -35,7 +34,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
-from _common import write  # noqa: E402
+from _common import timed, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 from s2jax.control.examples import spherical_pendulum_swing_up  # noqa: E402
@@ -50,11 +49,6 @@ def near_hanging(size, seed=0):
     omega -= np.sum(omega * q, -1, keepdims=True) * q
     return q[:, None], omega[:, None]
 
-
-def timed(call):
-    start = time.perf_counter()
-    jax.block_until_ready(call())
-    return time.perf_counter() - start
 
 
 def measure(size, repeats, modes):

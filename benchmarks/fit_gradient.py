@@ -24,8 +24,8 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import write  # noqa: E402
-from batched_fits import FREE, setup, timed  # noqa: E402
+from _common import timed, write  # noqa: E402
+from batched_fits import FREE, setup  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
