@@ -24,6 +24,7 @@ import numpy as np
 
 from ._custom_types import Array, Bool, Float, Lagrangian, Params
 from ._geometry import fixed_random_state
+from ._jit import evaluate_now
 from ._results import RESULTS
 from ._system import LagrangianSystem, SystemArgs
 from ._validation import trace_floats
@@ -52,14 +53,13 @@ def _rules(lagrangian, q, omega, params, xp) -> tuple[Float[Array, "n n"], list[
     and third derivatives of L(q, s q̇) in s. NaN fails every rule (the comparisons are written as `~(x <= tol)`).
     """
     if xp is np:
-        # Concrete values, checked before compiling: evaluated now even when `simulate` is
-        # called inside a user's `jax.jit` or `lax.scan` (with params closed over), where the
-        # compiled call would otherwise be staged into that computation and return tracers.
-        # Float params as arrays: `filter_jit` would take Python floats as static, and compile
-        # the check again for every new value (and once more for `Problem.planned`'s arrays).
-        with jax.ensure_compile_time_eval():
+        # Concrete values, checked before compiling (`evaluate_now`: even when `simulate` is
+        # called inside a user's `jax.jit` or `lax.scan` with params closed over). Float params
+        # as arrays: `filter_jit` would take Python floats as static, and compile the check
+        # again for every new value (and once more for `Problem.planned`'s arrays).
+        with jax.ensure_compile_time_eval():  # arrays, even inside a user's jit
             params = jax.tree_util.tree_map(trace_floats, params)
-            quantities = _form_quantities(lagrangian, q, omega, params)
+        quantities = evaluate_now(_form_quantities, lagrangian, q, omega, params)
     else:
         quantities = _form_quantities(lagrangian, q, omega, params)
     # numpy for concrete values (no dispatch cost per operation), jax.numpy in a trace

@@ -18,6 +18,7 @@ from ._custom_types import Array, Bool, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._form_check import POSITIVE_DEFINITE_TOLERANCE, InertiaNotPositiveDefinite
 from ._geometry import dot, project_tangent
+from ._jit import evaluate_now
 from ._newton import NewtonSettings, _solve_jacobian, newton_root
 from ._system import AbstractSystem, SystemArgs
 from ._two_body import tangent_basis
@@ -167,8 +168,7 @@ def check_tangent_inertia(system: GeneralLagrangianSystem, q, omega, params: Par
     (an `equinox.Module` inside a transformation), to be checked in the graph instead.
     """
     system = dataclasses.replace(system, force=None)  # the inertia is the Lagrangian's alone
-    with jax.ensure_compile_time_eval():  # concrete even inside a user's jit, params closed over
-        spectrum = _concrete_spectrum(system, q, omega, params)
+    spectrum = evaluate_now(_concrete_spectrum, system, q, omega, params)  # even inside a user's jit
     if any(isinstance(x, jax.core.Tracer) for x in spectrum):
         return False
     smallest, scale = (float(x) for x in spectrum)

@@ -21,6 +21,7 @@ from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._geometry import dot, fixed_random_state, project_tangent
 from ._inertia import STRUCTURES, Inertia
+from ._jit import evaluate_now
 from ._structured_solve import chain_factors
 
 
@@ -176,23 +177,24 @@ class LagrangianSystem(AbstractSystem):
         """
         if self.inertia_structure is not None:
             return self
-        with jax.ensure_compile_time_eval():
-            leaves, treedef = jax.tree_util.tree_flatten(params)
-            for seed in (1, 2):  # numpy's generator: no random-number program to compile
-                rng = np.random.default_rng(seed)
+        lagrangian_only = dataclasses.replace(self, force=None)  # M is the Lagrangian's alone
+        leaves, treedef = jax.tree_util.tree_flatten(params)
+        for seed in (1, 2):  # numpy's generator: no random-number program to compile
+            rng = np.random.default_rng(seed)
+            with jax.ensure_compile_time_eval():  # constants, even inside a user's jit
                 draws = [
                     jnp.asarray(rng.uniform(0.5, 1.5, leaf.shape), leaf.dtype)
                     if isinstance(leaf, jax.core.Tracer) and jnp.issubdtype(leaf.dtype, jnp.floating) else leaf
                     for leaf in leaves
                 ]
-                probe = jax.tree_util.tree_unflatten(treedef, draws)
                 q = jnp.asarray(fixed_random_state(n, seed)[0], dtype)
-                try:
-                    inertia = np.asarray(self.inertia(q, SystemArgs(probe)))
-                except Exception:  # noqa: BLE001 -- L may reject made-up values: then no guess
-                    return dataclasses.replace(self, inertia_structure="dense")
-                if chain_factors(inertia) is None:
-                    return dataclasses.replace(self, inertia_structure="dense")
+            probe = jax.tree_util.tree_unflatten(treedef, draws)
+            try:
+                inertia = np.asarray(evaluate_now(_probed_inertia, lagrangian_only, q, probe))
+            except Exception:  # noqa: BLE001 -- L may reject made-up values: then no guess
+                return dataclasses.replace(self, inertia_structure="dense")
+            if chain_factors(inertia) is None:
+                return dataclasses.replace(self, inertia_structure="dense")
         return dataclasses.replace(self, inertia_structure="chain")
 
     def structured_inertia(self, q: Float[Array, "n 3"], args: SystemArgs) -> Inertia:
@@ -260,3 +262,10 @@ class LagrangianSystem(AbstractSystem):
         force = self.generalized_force(t, q, omega, args)
         rhs = jnp.cross(q, inertia.times(speed2 * q) + force)
         return inertia.solve(q, rhs)
+
+
+@eqx.filter_jit
+def _probed_inertia(system: LagrangianSystem, q, params) -> Float[Array, "n n"]:
+    """M of (2.2) at q and made-up params (`LagrangianSystem.with_probed_structure`), as one
+    compiled program (`evaluate_now`)."""
+    return system.inertia(q, SystemArgs(params))
