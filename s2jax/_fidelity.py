@@ -12,6 +12,7 @@ import numpy as np
 
 from ._custom_types import Array, Float
 from ._integrators import RungeKutta4
+from ._integrators.substeps import sub_stepped
 from ._plan import Plan
 from ._results import RESULTS
 from ._simulate import simulate_plan
@@ -25,7 +26,7 @@ MAX_SUBSTEPS = 64
 _MARGIN = 1.25  # the refinement aims at the fidelity / 1.25, so that one refinement usually suffices
 
 
-def continuous_miss(system, params, dt, substeps: int, q, omega, controls=None) -> Float[Array, ""]:
+def continuous_miss(system, params, dt, substeps, q, omega, controls=None) -> Float[Array, ""]:
     """How far the continuous system runs from a model's trajectory.
 
     The model's states (q_k, ω_k), k = 0 … N, one step h = `dt` apart (`substeps` sub-steps of
@@ -35,17 +36,16 @@ def continuous_miss(system, params, dt, substeps: int, q, omega, controls=None) 
 
     **Arguments:** the planned `system` (its form and params checked by the caller's plan: the
     reference runs it without a plan of its own, `simulate_plan`) and its `params`; `dt`; the
-    model's `substeps`; its states `q`, `omega` (N + 1, n, 3); the `controls` (N, …) that drove
-    it, or None.
+    model's `substeps`, an int or an integer array (then a value of the program, as in
+    `RuntimeSubsteps`: forward mode only); its states `q`, `omega` (N + 1, n, 3); the `controls`
+    (N, …) that drove it, or None.
 
     **Returns:** max over k and the bodies i of max(|q_k,i − q̂_i(t_k)|, |ω_k,i − ω̂_i(t_k)|),
     dimensionless in q (a unit vector), rad/s in ω; NaN where the reference failed.
     """
-    refinement = MISS_REFINEMENT * substeps
-    num_steps = q.shape[0] - 1
     reference = simulate_plan(
-        Plan(system, RungeKutta4()), q[0], omega[0], params, dt=dt / refinement, num_steps=num_steps * refinement,
-        controls=None if controls is None else jnp.repeat(controls, refinement, axis=0), save_every=refinement,
+        Plan(system, sub_stepped(RungeKutta4(), MISS_REFINEMENT * substeps)), q[0], omega[0], params, dt=dt,
+        num_steps=q.shape[0] - 1, controls=controls,
     )
     miss_q = jnp.max(jnp.linalg.norm(q - reference.q, axis=-1))
     miss_omega = jnp.max(jnp.linalg.norm(omega - reference.omega, axis=-1))

@@ -65,11 +65,11 @@ def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelit
     problem = _reach(10, fidelity=5e-4)
     solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
     assert coarse.continuous_miss > 5e-4 and solution.result == s2.RESULTS.successful
-    # The fidelity is a value of the compiled programs, and so are iLQR's sub-steps: the
-    # iterations at the refined count ran the program of one sub-step; only the solution's
-    # program (its trajectory at the refined count and its miss) compiled anew.
+    # The fidelity is a value of the compiled programs, and so are the sub-steps: the
+    # iterations and the solution (its trajectory and miss) at the refined count ran the
+    # programs of one sub-step, compiled by the coarse solve.
     assert control_solve._iterate.cache_size() == iterations
-    assert control_solve._finish.cache_size() == solutions + 1
+    assert control_solve._finish.cache_size() == solutions
     # the power of two at or above (1.25 m / f)^(1/2)
     expected = 2 ** int(np.ceil(np.log2(np.sqrt(1.25 * float(coarse.continuous_miss) / 5e-4))))
     assert solution.substeps == expected > 1

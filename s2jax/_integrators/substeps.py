@@ -8,6 +8,7 @@ and shrinks the second: the error of an order-p method falls by count^p on the s
 
 from typing import ClassVar
 
+import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 
@@ -80,3 +81,12 @@ class RuntimeSubsteps(_AbstractEqualSubsteps):
         dtype = jnp.result_type(dt)
         weight = jnp.ones((), dtype) / self.count.astype(dtype)  # 1/count, as Substeps' weights
         return lax.fori_loop(0, self.count, lambda _, carry: sub_step(carry, weight)[0], carry)
+
+
+def sub_stepped(integrator: AbstractIntegrator, count) -> AbstractIntegrator:
+    """`integrator` taking `count` equal sub-steps per step: `RuntimeSubsteps` for a count that is
+    an integer array (a value of the program, forward mode only), else `Substeps`, or `integrator`
+    itself for a count of 1."""
+    if eqx.is_array(count):
+        return RuntimeSubsteps(integrator, count)
+    return integrator if count == 1 else Substeps(integrator, count)

@@ -26,7 +26,16 @@ from .._jit import filter_jit
 from .._results import RESULTS
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
-from ._solve import _raise_if_failed, finish_in_graph, iterate_in_graph, iteration_problem, refine, solve_once
+from ._solve import (
+    _raise_if_failed,
+    finish_in_graph,
+    finishing_problem,
+    iterate_in_graph,
+    iteration_problem,
+    refine,
+    solve_once,
+    with_count,
+)
 from ._solver import AbstractControlSolver
 
 _AXIS = "members"
@@ -103,7 +112,8 @@ def _solve_members(
             iteration_problem(planned, solver), solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh,
             batch,
         )
-        return _finish_many(planned, q0, omega0, iterated, mesh, batch)
+        finishing = finishing_problem(planned, (q0, omega0, init))
+        return with_count(_finish_many(finishing, q0, omega0, iterated, mesh, batch), planned)
 
     solutions = run(problem, init)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, q0, omega0, init)))

@@ -23,8 +23,8 @@ from .._adjoint import DirectAdjoint
 from .._by_value import by_value
 from .._custom_types import Array, Float, Int, Lagrangian, Params
 from .._force import AbstractForce
-from .._integrators import AbstractIntegrator, AutoIntegrator, Substeps
-from .._integrators.substeps import RuntimeSubsteps
+from .._integrators import AbstractIntegrator, AutoIntegrator
+from .._integrators.substeps import sub_stepped
 from .._plan import LINEARISED, Plan, plan
 from .._results import RESULTS, _names
 from .._simulate import simulate, simulate_plan
@@ -142,11 +142,12 @@ class Problem(eqx.Module):
                 the_plan = plan(system, q0, omega0, self.params, integrator=integrator)
         else:
             the_plan = plan(self.lagrangian, q0, omega0, self.params, integrator=integrator, force=self.force)
-        if self.runtime_substeps is not None:
-            return the_plan._replace(integrator=RuntimeSubsteps(the_plan.integrator, self.runtime_substeps))
-        if self.substeps == 1:
-            return the_plan
-        return the_plan._replace(integrator=Substeps(the_plan.integrator, self.substeps))
+        return the_plan._replace(integrator=sub_stepped(the_plan.integrator, self.substep_count))
+
+    @property
+    def substep_count(self) -> int | Int[Array, ""]:
+        """The sub-steps per control step: `substeps`, or the value `with_runtime_substeps` made."""
+        return self.substeps if self.runtime_substeps is None else self.runtime_substeps
 
     def with_runtime_substeps(self) -> "Problem":
         """This problem with its sub-steps a value of the compiled program, not of its shape
@@ -156,7 +157,7 @@ class Problem(eqx.Module):
         refining the sub-steps to meet the fidelity does not compile the iterations again."""
         if self.runtime_substeps is not None:
             return self
-        return dataclasses.replace(self, substeps=1, runtime_substeps=jnp.asarray(self.substeps))
+        return dataclasses.replace(self, substeps=1, runtime_substeps=jax.device_put(np.asarray(self.substeps)))
 
     def with_substeps(self, substeps: int) -> "Problem":
         """This problem with `substeps` sub-steps per control step: e.g.
@@ -266,7 +267,7 @@ def continuous_miss(problem: Problem, q, omega, controls) -> Float[Array, ""]:
     variational integrators (1e-2 and more for the ready examples at one sub-step)."""
     the_plan = problem.plan(q[0], omega[0])
     return _fidelity.continuous_miss(
-        the_plan.system, problem.params, problem.dt, problem.substeps, q, omega, controls
+        the_plan.system, problem.params, problem.dt, problem.substep_count, q, omega, controls
     )
 
 

@@ -6,6 +6,7 @@ doing (preparing, tracing, compiling, solving), and the rounds are printed from 
 so it is compiled once and JAX's persistent compilation cache can store it.
 """
 
+import dataclasses
 import sys
 from typing import NamedTuple
 
@@ -139,7 +140,7 @@ def solve_once(problem, solver, q0, omega0, init, max_outer_steps, tolerance) ->
     (`_finish`)."""
     problem, init = _prepare(problem, q0, omega0, init)
     iterated = _iterate(iteration_problem(problem, solver), solver, q0, omega0, init, max_outer_steps, tolerance)
-    return _finish(problem, q0, omega0, iterated)
+    return with_count(_finish(finishing_problem(problem, (q0, omega0, init)), q0, omega0, iterated), problem)
 
 
 class Iterated(NamedTuple):
@@ -219,6 +220,23 @@ def iteration_problem(problem: Problem, solver: AbstractControlSolver) -> Proble
     return problem.with_runtime_substeps() if solver.forward_mode_only else problem
 
 
+def finishing_problem(problem: Problem, inputs) -> Problem:
+    """The problem the solution's program (`_finish`) runs: with its sub-steps a value
+    (`Problem.with_runtime_substeps`), so that one program serves every `substeps` that `refine`
+    tries, where nothing of (problem, inputs) is traced; as it is under a user's `jax.jit`,
+    `jax.vmap` or `jax.grad`, which may differentiate it in reverse mode (`optimal_controls`), as
+    a loop of traced length cannot be. `with_count` puts the count back in the solution."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, inputs))):
+        return problem
+    return problem.with_runtime_substeps()
+
+
+def with_count(solution: ControlSolution, problem: Problem) -> ControlSolution:
+    """`solution` with `problem`'s sub-step count (its `substeps` field, which a solution of
+    `finishing_problem`'s runtime count has as 1)."""
+    return dataclasses.replace(solution, substeps=problem.substeps)
+
+
 def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, progress: bool = False) -> ControlSolution:
     """Solve again with more sub-steps per control step until the continuous miss of the
     solution (or of every member of a batch) is within `problem.fidelity`.
@@ -289,7 +307,7 @@ def _solve_showing_progress(problem, solver, q0, omega0, init, max_outer_steps, 
         heartbeat.phase("solving")  # the call returns once the program is dispatched
         jax.block_until_ready(iterated)
         heartbeat.phase("tracing")
-        solution = _finish(problem, q0, omega0, iterated)
+        solution = with_count(_finish(finishing_problem(problem, (q0, omega0, init)), q0, omega0, iterated), problem)
         heartbeat.phase("solving")
         jax.block_until_ready(solution)
         compiled = cache_size() > programs
