@@ -28,6 +28,13 @@ stepper_calls.json with the machine and the load before and after.
 (`jax.config.update("jax_cpu_enable_async_dispatch", False)` before JAX runs anything): each
 program then runs on the calling thread, without the hand-off to JAX's execution thread that an
 asynchronous call pays. Results: benchmarks/results/stepper_calls_sync_dispatch.json.
+
+`--sequential-thunks` adds `--xla_cpu_enable_concurrency_optimized_scheduler=false` to `XLA_FLAGS`
+before JAX starts its backends: XLA's CPU runtime then runs a program's operations in order, without
+handing independent ones to other threads. A program that saves 10 or more states of the double
+pendulum pays ~75 µs a call for those hand-offs (9 states do not), the eager `simulate` of 10 steps
+among them; a compiler option of s2jax's programs does not reach it, only the flag does. Results:
+benchmarks/results/stepper_calls[_sync_dispatch]_sequential_thunks.json.
 """
 
 import argparse
@@ -128,6 +135,9 @@ def contenders(calls: int) -> dict:
     return found
 
 
+SEQUENTIAL_THUNKS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
 def _last(solution):
     return solution.q[-1], solution.omega[-1]
 
@@ -137,9 +147,13 @@ def main():
     parser.add_argument("--quick", action="store_true", help="100 calls, 2 repeats: check that it runs")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--sync-dispatch", action="store_true", help="JAX's CPU client dispatching synchronously")
+    parser.add_argument("--sequential-thunks", action="store_true", help="XLA CPU without its concurrency scheduler")
     options = parser.parse_args()
-    if options.sync_dispatch:  # before JAX starts its backends, at its first computation
+    # both before JAX starts its backends, at its first computation
+    if options.sync_dispatch:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
+    if options.sequential_thunks:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SEQUENTIAL_THUNKS}".strip()
     calls, repeats = (100, 2) if options.quick else (1000, options.repeats)
     found = contenders(calls)
     for run, _ in found.values():
@@ -169,11 +183,14 @@ def main():
     for steps, seconds in overhead.items():
         print(f"{f'eager simulate of {steps} steps over the jitted one':45s} {seconds * 1e6:10.1f} µs per call")
         print(f"{'  ... over the jitted one with params as values':45s} {over_own[steps] * 1e6:10.1f} µs per call")
+    variant = "_sync_dispatch" * options.sync_dispatch + "_sequential_thunks" * options.sequential_thunks
     path = write(
-        "stepper_calls_sync_dispatch" if options.sync_dispatch else "stepper_calls",
+        f"stepper_calls{variant}",
         {
             "command": "python benchmarks/stepper_calls.py" + (" --quick" if options.quick else "")
-            + (" --sync-dispatch" if options.sync_dispatch else ""),
+            + (" --sync-dispatch" if options.sync_dispatch else "")
+            + (" --sequential-thunks" if options.sequential_thunks else ""),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "model": "double_spherical_pendulum, paper params and state, h = 0.01",
             "calls_per_run": calls,
             "repeats": repeats,
