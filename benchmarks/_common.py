@@ -20,6 +20,17 @@ import s2jax as s2
 RESULTS = pathlib.Path(os.environ.get("S2JAX_BENCHMARK_RESULTS") or pathlib.Path(__file__).parent / "results")
 
 
+SEQUENTIAL_THUNKS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+"""The XLA flag that turns off XLA CPU's concurrency-optimised scheduler (docs/performance.md,
+"Calls from Python"): an XLA flag only (a compiler option does not reach it)."""
+
+
+def use_sequential_thunks() -> None:
+    """Add `SEQUENTIAL_THUNKS` to `XLA_FLAGS`: before JAX starts its backends (its first
+    computation), which read the flags once."""
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SEQUENTIAL_THUNKS}".strip()
+
+
 def jit(fn, **kwargs):
     """`jax.jit` with the XLA options s2jax compiles with (`s2jax.compiler_options()`: no YNNPACK
     fusions, XLA CPU's classic fusion emitters), so that every baseline gets the same compiler as

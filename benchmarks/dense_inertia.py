@@ -1,6 +1,6 @@
 """A constant dense inertia M (no chain structure), n = 16 … 128 bodies: µs per step (issue 32, item 1).
 
-    python benchmarks/dense_inertia.py [--sizes 16,32,64,128] [--repeats 7]
+    python benchmarks/dense_inertia.py [--sizes 16,32,64,128] [--repeats 7] [--sequential-thunks]
 
 The model: L = ½ Σ_ij M_ij q̇_i·q̇_j + g Σ_i q_i·e₃, M = A Aᵀ/n + I with A standard normal (seed 0):
 symmetric positive definite, dense, no chain's structure. From a random state (seed 0, ω scaled
@@ -9,7 +9,8 @@ same map by multipliers) and `RungeKutta4()`, each saving every step (the defaul
 (3.13) for ω every step) and saving only the last step (lazy steps). µs per step are marginal,
 (t(2N) − t(N))/N, medians of `--repeats` interleaved runs; the first call (compile included) is
 recorded. Results: benchmarks/results/dense_inertia.json with the machine, the load and
-OPENBLAS_NUM_THREADS.
+OPENBLAS_NUM_THREADS. `--sequential-thunks`: XLA CPU without its concurrency-optimised scheduler
+(`_common.SEQUENTIAL_THUNKS`), written to dense_inertia_sequential_thunks.json.
 """
 
 import argparse
@@ -22,7 +23,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import interleaved_medians, write  # noqa: E402
+from _common import interleaved_medians, use_sequential_thunks, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -74,7 +75,10 @@ def main():
     parser.add_argument("--sizes", default="16,32,64,128")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="n = 16, 1 repeat: checks that it runs")
+    parser.add_argument("--sequential-thunks", action="store_true", help="XLA CPU without its concurrency scheduler")
     args = parser.parse_args()
+    if args.sequential_thunks:
+        use_sequential_thunks()
     sizes = [16] if args.quick else [int(s) for s in args.sizes.split(",")]
     repeats = 1 if args.quick else args.repeats
     load_before = os.getloadavg()
@@ -90,9 +94,11 @@ def main():
             flush=True,
         )
     path = write(
-        "dense_inertia",
+        "dense_inertia_sequential_thunks" if args.sequential_thunks else "dense_inertia",
         {
-            "command": f"python benchmarks/dense_inertia.py --sizes {','.join(map(str, sizes))} --repeats {repeats}",
+            "command": f"python benchmarks/dense_inertia.py --sizes {','.join(map(str, sizes))} --repeats {repeats}"
+            + (" --sequential-thunks" if args.sequential_thunks else ""),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
             "load_before": load_before,
             "load_after": os.getloadavg(),

@@ -48,7 +48,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import jit, write  # noqa: E402
+from _common import jit, use_sequential_thunks, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -135,9 +135,6 @@ def contenders(calls: int) -> dict:
     return found
 
 
-SEQUENTIAL_THUNKS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-
-
 def _last(solution):
     return solution.q[-1], solution.omega[-1]
 
@@ -153,7 +150,7 @@ def main():
     if options.sync_dispatch:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     if options.sequential_thunks:
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SEQUENTIAL_THUNKS}".strip()
+        use_sequential_thunks()
     calls, repeats = (100, 2) if options.quick else (1000, options.repeats)
     found = contenders(calls)
     for run, _ in found.values():
