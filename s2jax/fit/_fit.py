@@ -26,6 +26,7 @@ from .._custom_types import ArrayLike, Float, Lagrangian
 from .._errors import SimulationError, error_if, raise_for_codes
 from .._fidelity import DEFAULT_FIDELITY, MAX_SUBSTEPS, continuous_miss, next_substeps
 from .._integrators import AbstractIntegrator, Substeps
+from .._integrators.substeps import sub_stepped
 from .._jit import filter_jit
 from .._optimisation.optax_loop import named_optimizer
 from .._optimisation.parameterisation import AbstractParameterisation
@@ -224,7 +225,7 @@ def _segment_miss(the_plan, result, substeps, dt, length):
     """`continuous_miss` of every segment's run of `length` steps from its fitted start, the
     largest. `the_plan` is the fit's (its integrator without sub-steps): the runs do not plan
     again inside the program."""
-    model = the_plan if substeps == 1 else the_plan._replace(integrator=Substeps(the_plan.integrator, substeps))
+    model = the_plan._replace(integrator=sub_stepped(the_plan.integrator, substeps))
 
     def one(q0, omega0):
         run = simulate_plan(model, q0, omega0, result.params, dt=dt, num_steps=length)
