@@ -71,9 +71,10 @@ def solve(
     `problem.fidelity`, `solve` refines the dynamics (`Problem.substeps`, the integrator's
     steps per control step) and solves again from the controls found: to the power of two that
     the miss's O((h / substeps)^p) law predicts will meet the fidelity (with a margin of 1.25),
-    at most `MAX_SUBSTEPS` (`refine`). `solution.substeps` is the count it used. Each new count
-    compiles the solution's program once; iLQR's iterations take the count as a value and are
-    compiled once for all counts (`Problem.with_runtime_substeps`). Under `jax.jit`,
+    at most `MAX_SUBSTEPS` (`refine`). `solution.substeps` is the count it used. The solution's
+    program takes the count as a value (`finishing_problem`), and so do iLQR's iterations
+    (`Problem.with_runtime_substeps`): a new count compiles nothing for iLQR, and the shooting
+    solvers' iterations once per count. Under `jax.jit`,
     `jax.vmap` or `jax.grad` (traced inputs) the miss can only be reported: the solve runs at
     the problem's own `substeps` and a miss over the fidelity is
     `RESULTS.continuous_miss_above_fidelity`, as it is outside when `MAX_SUBSTEPS` does not
