@@ -45,7 +45,7 @@ def evaluate_now(fn, *args):
 
     Op by op, every operation is a program of its own, traced, lowered and compiled (or loaded
     from the persistent cache) on its first use in a process: ~10 ms apiece, and the form check
-    of (2.2) is ~50 of them (0.30 s against 0.09 s as one program, in a process whose persistent
+    of (2.2) was 34 of them (0.30 s against 0.09 s as one program, in a process whose persistent
     cache holds both; measured on the double pendulum).
     """
     if trace_state_clean() or not isinstance(jax.device_put(np.zeros(())), jax.core.Tracer):

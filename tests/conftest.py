@@ -51,6 +51,28 @@ def _release_compiled_code():
     jax.clear_caches()
 
 
+@pytest.fixture
+def compilations():
+    """`compilations(run)`: how many programs JAX compiled (or loaded from the persistent cache,
+    which reports the same event) while `run()` ran."""
+
+    def count(run) -> int:
+        events = []
+
+        def listener(event, duration, **kwargs):
+            if event.endswith("backend_compile_duration"):
+                events.append(event)
+
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        try:
+            run()
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listener)
+        return len(events)
+
+    return count
+
+
 def pytest_collection_modifyitems(items):
     """The notebooks first: each runs one to two minutes in one test, and started last it would
     leave the other worker idle at the end of the suite."""

@@ -219,23 +219,7 @@ def test_jit_of_a_solve_with_closed_over_params_is_planned_eagerly():
     np.testing.assert_allclose(q, problem.simulate(q0, omega0, jnp.zeros((3, 3))).q[-1], rtol=0, atol=1e-15)
 
 
-def _compilations(run):
-    """How many programs JAX compiled (or loaded from the persistent cache) while `run()` ran."""
-    events = []
-
-    def listener(event, duration, **kwargs):
-        if event.endswith("backend_compile_duration"):
-            events.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        run()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    return len(events)
-
-
-def test_the_checks_before_compiling_are_one_program_each():
+def test_the_checks_before_compiling_are_one_program_each(compilations):
     """The form check of (2.2), and the probe of M's structure where the params are traced by an
     eager `jax.grad`, each run as one compiled program (`s2jax._jit.evaluate_now`), not op by op
     (~50 programs of ~10 ms each in a new process); inside a user's `jax.jit`, where they run op
@@ -247,7 +231,7 @@ def test_the_checks_before_compiling_are_one_program_each():
         return dsp.lagrangian(q, qdot, p)
 
     found = {}
-    assert _compilations(lambda: found.update(eager=s2.check_lagrangian_form(fresh, q0, omega0, params))) == 1
+    assert compilations(lambda: found.update(eager=s2.check_lagrangian_form(fresh, q0, omega0, params))) == 1
     jax.jit(lambda: found.update(jitted=s2.check_lagrangian_form(fresh, q0, omega0, params)))()
     np.testing.assert_allclose(found["jitted"], found["eager"], rtol=1e-14, atol=0)
 
@@ -256,7 +240,7 @@ def test_the_checks_before_compiling_are_one_program_each():
         return l1
 
     jax.grad(lambda l1: l1)(1.0)  # JAX's own programs of a scalar gradient, compiled first
-    assert _compilations(lambda: jax.grad(probed_structure)(1.0)) == 1  # one program, run at two draws
+    assert compilations(lambda: jax.grad(probed_structure)(1.0)) == 1  # one program, run at two draws
     eager = found["probed"]
     jax.jit(probed_structure)(1.0)
     assert found["probed"] == eager == "chain"

@@ -93,7 +93,8 @@ def run(numbers, out: pathlib.Path):
         seconds = time.perf_counter() - start
         print(
             f"control {number} ({title}): {how}, {int(solution.num_outer_iterations)} multiplier updates, "
-            f"{seconds:.1f} s with compilation; cost {float(solution.cost):.6g}, terminal constraint "
+            f"{seconds:.1f} s (its programs compiled, or loaded from the cache, and run); cost "
+            f"{float(solution.cost):.6g}, terminal constraint "
             f"|c| = {float(solution.constraint_violation):.2e}; continuous-time miss "
             f"{float(solution.continuous_miss):.1e} at {solution.substeps} sub-steps per control step"
         )
