@@ -160,8 +160,8 @@ def check_state_arguments(q0, omega0, dt) -> tuple[Float[Array, "n 3"], Float[Ar
     what is wrong (a bool or a string is not taken for a number)."""
     if not isinstance(dt, jax.Array) and np.asarray(dt).dtype.kind not in "fiuc":
         raise ValueError(f"dt must be a real number; got {dt!r} (a {type(dt).__name__})")
-    q0 = jnp.asarray(q0)
-    omega0 = jnp.asarray(omega0)
+    q0 = _on_device(q0)
+    omega0 = _on_device(omega0)
     if q0.ndim != 2 or q0.shape[-1] != 3:
         raise ValueError(f"q0 must have shape (n, 3), one unit vector per body; got {q0.shape}")
     if q0.shape[0] == 0:
@@ -181,10 +181,17 @@ def check_state_arguments(q0, omega0, dt) -> tuple[Float[Array, "n 3"], Float[Ar
             "jax.config.update('jax_enable_x64', True) before creating arrays"
         )
     omega0 = omega0.astype(q0.dtype)
-    dt = jnp.asarray(dt, dtype=q0.dtype)
+    dt = jnp.asarray(dt, dtype=q0.dtype) if isinstance(dt, jax.Array) else _on_device(np.asarray(dt, q0.dtype))
     if dt.shape != ():
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
     return q0, omega0, dt
+
+
+def _on_device(x) -> Array:
+    """`x` as a JAX array: itself if it is one, else copied by `jax.device_put` (the dtype
+    canonicalised as `jnp.asarray` does), which compiles nothing; `jnp.asarray` of numpy input
+    compiles a small program (`lax.stage`) per shape and dtype in JAX 0.10."""
+    return x if isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
 
 
 def check_controls(controls, num_steps):
