@@ -14,12 +14,10 @@ import argparse
 import json
 import multiprocessing
 import os
-import statistics
 import subprocess
 import sys
-import time
 
-from _common import write
+from _common import median_time, write
 
 
 def _child(repeats: int) -> None:
@@ -42,13 +40,7 @@ def _child(repeats: int) -> None:
                 dsp.lagrangian, q0, omega0, params, dt=0.01, num_steps=1000, save_every=1000, integrator=integrator
             ).q
 
-        jax.block_until_ready(run())
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            jax.block_until_ready(run())
-            times.append(time.perf_counter() - start)
-        rates[name] = 1024 * 1000 / statistics.median(times) / 1e6
+        rates[name] = 1024 * 1000 / median_time(run, repeats)[0] / 1e6
     print(json.dumps({"msteps_per_s": rates, "devices": len(jax.devices()), "load": os.getloadavg()}))
 
 

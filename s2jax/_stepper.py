@@ -128,8 +128,6 @@ class Stepper:
         return f"Stepper({type(self.system).__name__}, {type(self.integrator).__name__}, dt={float(self.dt)})"
 
 
-
-
 def step_once(system, integrator, t, dt, q, omega, u, params):
     """`((q_next, ω_next), result)`: one step of `integrator` from (q, ω) at t with u held (None:
     no control), its state initialised afresh (which changes only Newton's starting point)."""
