@@ -1,9 +1,9 @@
 """O(n) solves of the operator A of (2.11)/(3.13) for chains, M_ij = c_{max(i,j)} l_i l_j.
 
-A ω = b is solved as articulated-body algorithms do (the articulated inertia beyond a joint is rank
-one, J_i inverted by Sherman–Morrison): a backward sweep from the tip, a forward sweep for the
-u_i = l_i q̇_i, then ω_i = q_i × u_i / l_i plus the normal part (q_i·b_i) q_i / M_ii. O(n) work,
-against O(n³) for a dense solve. Derivation: docs/api/systems.md; timings: docs/performance.md.
+A chain's W = M⁻¹ is tridiagonal (`chain_inverse_bands`), so A ω = b is solved by one multiplier per
+link, as `_inertia.tangent_solve` does for a dense M, but with the n × n system S = W ∘ Gram(q)
+tridiagonal: one Thomas elimination (`thomas_solve`) and two products by W, O(n) work against
+O(n³) for a dense solve. Derivation: docs/api/systems.md; timings: docs/performance.md.
 """
 
 import jax
@@ -14,16 +14,20 @@ from jax import lax
 from ._custom_types import Array, Float
 from ._geometry import dot
 
-# From this many links the O(n) recursion (two `lax.scan`s) beats the unrolled 3 × 3 block
-# elimination (measured: see docs/performance.md, "Chain solves"); the double pendulum keeps the
-# elimination.
+# From this many links the O(n) solve beats the unrolled 3 × 3 block elimination (measured: see
+# docs/performance.md, "Chain solves"); the double pendulum keeps its closed form.
 MIN_CHAIN_BODIES = 3
 # Up to this many bodies `inertia_times` writes M x out elementwise, and up to `_UNROLLED_LINKS`
-# links the sweeps of `_articulated_sweeps` are unrolled: the fastest choices for both the VI and
+# rows the sweeps of `thomas_solve` are unrolled: the fastest choices for both the VI and
 # `RungeKutta4` on the chain pendulum (loops compiled whole, see `_jit`; measured against M x by
 # prefix sums and the sweeps as `lax.scan`s: see docs/performance.md, "Chain solves").
 _ELEMENTWISE_BODIES = 8
-_UNROLLED_LINKS = 4
+_UNROLLED_LINKS = 8
+# Up to this many links `tilted_chain_solve` (the VI's Newton step) solves by multipliers, beyond
+# by the articulated-body recursion: in the VI's step, chain pendulum, the multiplier form took
+# 0.66 / 0.76 / 1.01 / 0.97 × the recursion's time at n = 4 / 8 / 16 / 24 and 1.22–1.29 × at
+# n = 28–40 (docs/performance.md, "Chain solves").
+_MULTIPLIER_LINKS = 24
 
 
 def matrix_diagonal(matrix: Float[Array, "n n"]) -> Float[Array, " n"]:
@@ -139,25 +143,89 @@ def two_body_solve(
     return jnp.stack([a + (n1 / m11) * q1, b + (n2 / m22) * q2])
 
 
-def _articulated_sweeps(
-    q: Float[Array, "n 3"], p: Float[Array, "n 3"] | None, g: Float[Array, "n 3"], masses: Float[Array, " n"]
-) -> Float[Array, "n 3"]:
-    """u = (l_i v_i) with P_{q_i} Π_i = g_i and p_i·u_i = 0 (`p` None: p = q), in two sweeps.
+def chain_inverse_bands(
+    lengths: Float[Array, " n"], carried: Float[Array, " n"]
+) -> tuple[Float[Array, " n"], Float[Array, " n-1"]]:
+    """The main and first off-diagonal of W = M⁻¹ for a chain, M_ij = c_{max(i,j)} l_i l_j.
 
-    The recursion of docs/api/systems.md with the unknowns in the planes ⊥ p_i rather than
-    ⊥ q_i: the articulated inertia beyond joint i + 1 is then κ q pᵀ, not symmetric, so
-    with J_i = m_i I + κ_{i+1} q_{i+1} p_{i+1}ᵀ both w_i = J_i⁻¹ q_i and w̃_i = J_i⁻ᵀ p_i enter:
+    M = D C D with D = diag(l) and C_ij = c_{max(i,j)} = Σ_k m_k [i ≤ k][j ≤ k], i.e.
+    C = U diag(m) Uᵀ with U_ik = [i ≤ k]. U⁻¹ is bidiagonal (1 on the diagonal, −1 above it),
+    so C⁻¹ = U⁻ᵀ diag(1/m) U⁻¹ is tridiagonal: (C⁻¹)_ii = 1/m_i + 1/m_{i−1} (the second term
+    from i ≥ 1), (C⁻¹)_{i,i+1} = −1/m_i; and W = D⁻¹ C⁻¹ D⁻¹.
+
+    **Returns:** `(main, upper)`: W_ii, shape (n,), and W_{i,i+1} = W_{i+1,i}, shape (n − 1,).
+    """
+    inverse_masses = 1.0 / _link_masses(carried)
+    previous = jnp.concatenate([jnp.zeros(1, carried.dtype), inverse_masses[:-1]])
+    return (inverse_masses + previous) / lengths**2, -inverse_masses[:-1] / (lengths[:-1] * lengths[1:])
+
+
+def _tridiagonal_times(main, upper, x):
+    """T x for the symmetric tridiagonal T with diagonal `main` and off-diagonal `upper`, x of
+    shape (n, …)."""
+    rest = [(0, 0)] * (x.ndim - 1)
+    off = upper.reshape((-1,) + (1,) * (x.ndim - 1))
+    above = jnp.pad(off * x[1:], [(0, 1)] + rest)  # T_{i,i+1} x_{i+1}; none in row n − 1
+    below = jnp.pad(off * x[:-1], [(1, 0)] + rest)  # T_{i,i−1} x_{i−1}; none in row 0
+    return main.reshape((-1,) + (1,) * (x.ndim - 1)) * x + above + below
+
+
+def _sweep(body, carry, rows, reverse=False):
+    """`lax.scan(body, carry, rows, reverse=reverse)`, unrolled for a few rows (`_UNROLLED_LINKS`),
+    where XLA then fuses the whole recursion with its neighbours."""
+    n = rows[0].shape[0]
+    if n > _UNROLLED_LINKS:
+        return lax.scan(body, carry, rows, reverse=reverse)
+    outputs = [None] * n
+    for i in reversed(range(n)) if reverse else range(n):
+        carry, outputs[i] = body(carry, tuple(x[i] for x in rows))
+    if isinstance(outputs[0], tuple):
+        return carry, tuple(jnp.stack(parts) for parts in zip(*outputs))
+    return carry, jnp.stack(outputs)
+
+
+def thomas_solve(
+    lower: Float[Array, " n-1"], main: Float[Array, " n"], upper: Float[Array, " n-1"], rhs: Float[Array, " n"]
+) -> Float[Array, " n"]:
+    """x with T x = rhs for tridiagonal T (T_{i+1,i} = `lower`_i, T_ii = `main`_i,
+    T_{i,i+1} = `upper`_i) by Thomas's elimination, without pivoting: stable for the symmetric
+    positive definite S of `chain_solve` (it is the LDLᵀ factorisation) and for `tilted_chain_solve`'s
+    H, a small change of such an S. One division per row (its reciprocal used twice), as a
+    `lax.scan` over rows, unrolled for up to `_UNROLLED_LINKS`."""
+    zero = jnp.zeros(1, main.dtype)
+
+    def eliminate(carry, row):
+        c_previous, d_previous = carry
+        a, b, c, r = row
+        inverse_pivot = 1.0 / (b - a * c_previous)
+        c_i, d_i = c * inverse_pivot, (r - a * d_previous) * inverse_pivot
+        return (c_i, d_i), (c_i, d_i)
+
+    rows = (jnp.concatenate([zero, lower]), main, jnp.concatenate([upper, zero]), rhs)
+    _, (c, d) = _sweep(eliminate, (zero[0], zero[0]), rows)
+
+    def substitute(x_next, row):
+        c_i, d_i = row
+        x = d_i - c_i * x_next
+        return x, x
+
+    return _sweep(substitute, zero[0], (c, d), reverse=True)[1]
+
+
+def _articulated_sweeps(
+    q: Float[Array, "n 3"], p: Float[Array, "n 3"], g: Float[Array, "n 3"], masses: Float[Array, " n"]
+) -> Float[Array, "n 3"]:
+    """u = (l_i v_i) with P_{q_i} Π_i = g_i and p_i·u_i = 0, in two sweeps: `tilted_chain_solve`
+    beyond `_MULTIPLIER_LINKS` links.
+
+    The articulated-body recursion of docs/api/systems.md with the unknowns in the planes ⊥ p_i:
+    the articulated inertia beyond joint i + 1 is κ q pᵀ, so with
+    J_i = m_i I + κ_{i+1} q_{i+1} p_{i+1}ᵀ both w_i = J_i⁻¹ q_i and w̃_i = J_i⁻ᵀ p_i enter:
     s_i = p_i·w_i, κ_i = 1/s_i, z_i = g_i − q_i (w̃_i·(g_i − z_{i+1}))/s_i and
     u_i = J_i⁻¹ r_i − X_{i−1} + w_i (p_i·X_{i−1} − w̃_i·r_i)/s_i with r_i = g_i − z_{i+1}.
-
     Sherman–Morrison, J_i⁻¹ x = (x − β_i (p_{i+1}·x) q_{i+1}) / m_i with
-    β_i = κ_{i+1}/(m_i + κ_{i+1} p_{i+1}·q_{i+1}) (J⁻ᵀ: q and p swapped), shares β_i between
-    w_i, w̃_i and the forward sweep's J_i⁻¹ r_i; with 1/m_i computed once and κ_i reused, a link
-    costs two divisions. The sweeps are a chain of dependent operations, and a division takes
-    several times as long as a product (measured: see docs/performance.md, "Chain solves").
+    β_i = κ_{i+1}/(m_i + κ_{i+1} p_{i+1}·q_{i+1}) (J⁻ᵀ: q and p swapped): two divisions a link.
     """
-    symmetric = p is None
-    p = q if symmetric else p
     zero = jnp.zeros((1, 3), q.dtype)
     q_next, p_next = jnp.concatenate([q[1:], zero]), jnp.concatenate([p[1:], zero])
     inverse_masses = 1.0 / masses
@@ -171,7 +239,7 @@ def _articulated_sweeps(
         qi, pi, gi, m, inverse_mass, qn, pn = link
         beta = kappa / (m + kappa * dot(qn, pn))
         w = solve_j(beta, inverse_mass, qn, pn, qi)
-        w_adjoint = w if symmetric else solve_j(beta, inverse_mass, pn, qn, pi)
+        w_adjoint = solve_j(beta, inverse_mass, pn, qn, pi)
         kappa_i = 1.0 / dot(pi, w)
         return (kappa_i, gi - qi * (dot(w_adjoint, gi - z) * kappa_i)), (w, w_adjoint, kappa_i, beta, z)
 
@@ -189,20 +257,6 @@ def _articulated_sweeps(
     return _sweep(forward, jnp.zeros(3, q.dtype), links)[1]
 
 
-def _sweep(body, carry, links, reverse=False):
-    """`lax.scan(body, carry, links, reverse=reverse)`, unrolled for a few links (`_UNROLLED_LINKS`),
-    where XLA then fuses the whole recursion with its neighbours."""
-    n = links[0].shape[0]
-    if n > _UNROLLED_LINKS:
-        return lax.scan(body, carry, links, reverse=reverse)
-    outputs = [None] * n
-    for i in reversed(range(n)) if reverse else range(n):
-        carry, outputs[i] = body(carry, tuple(x[i] for x in links))
-    if isinstance(outputs[0], tuple):
-        return carry, tuple(jnp.stack(parts) for parts in zip(*outputs))
-    return carry, jnp.stack(outputs)
-
-
 def _link_masses(carried: Float[Array, " n"]) -> Float[Array, " n"]:
     """m_i = c_i − c_{i+1}."""
     return carried - jnp.concatenate([carried[1:], jnp.zeros(1, carried.dtype)])
@@ -216,15 +270,23 @@ def chain_solve(
 ) -> Float[Array, "n 3"]:
     """Solve A(q) ω = rhs for a chain's M in O(n) (module docstring); |q_i| = 1 assumed.
 
+    The tangential part as `_inertia.tangent_solve` (u_j = q_j × ω_j, (M u)_i = q_i × b_i +
+    λ_i q_i, u_i ⊥ q_i; then ω_i = u_i × q_i) with W = M⁻¹ tridiagonal (`chain_inverse_bands`),
+    so S = W ∘ Gram(q) is tridiagonal too and λ costs one `thomas_solve`; the normal part
+    (q_i·b_i) q_i / M_ii, from A's diagonal blocks M_ii I. Off the sphere (Runge–Kutta stages) it
+    is the same smooth extension of A⁻¹ as `tangent_solve`'s.
+
     **Arguments:** `q`, the unit vectors; `rhs`, b; `lengths`, `carried`: l and c of M.
 
     **Returns:** ω, shape (n, 3).
     """
-    inverse_lengths = (1.0 / lengths)[:, None]  # products, not divisions (`_articulated_sweeps`)
-    g = -jnp.cross(q, rhs) * inverse_lengths
-    u = _articulated_sweeps(q, None, g, _link_masses(carried))
-    normal = dot(q, rhs)[:, None] * q * (inverse_lengths**2 / carried[:, None])
-    return jnp.cross(q, u * inverse_lengths) + normal
+    main, upper = chain_inverse_bands(lengths, carried)
+    y = _tridiagonal_times(main, upper, jnp.cross(q, rhs))
+    off = upper * dot(q[:-1], q[1:])
+    multipliers = thomas_solve(off, main * dot(q, q), off, -dot(q, y))
+    u = y + _tridiagonal_times(main, upper, multipliers[:, None] * q)
+    normal = dot(q, rhs)[:, None] * q / (carried * lengths**2)[:, None]
+    return jnp.cross(u, q) + normal
 
 
 def tilted_chain_solve(
@@ -234,16 +296,29 @@ def tilted_chain_solve(
     lengths: Float[Array, " n"],
     carried: Float[Array, " n"],
 ) -> Float[Array, "n 3"]:
-    """v with v_i ⊥ p_i and P_{q_i} (M v)_i = g_i, for a chain's M, in O(n) (`_articulated_sweeps`).
+    """v with v_i ⊥ p_i and P_{q_i} (M v)_i = g_i, for a chain's M, in O(n).
 
     For p = q this is the tangential part of (2.11)'s solve. With p_i = q_{i,k+1} it is the
     Newton step of (3.16) written in the displacements (`variational._displacement_newton`): the rows
-    are projected at q_k, the unknowns vary along the sphere at q_{k+1}. Needs p_i·q_i > 0
-    (the two points on the same hemisphere), true for any step that (3.16) can take.
+    are projected at q_k, the unknowns vary along the sphere at q_{k+1}. By multipliers, as in
+    `chain_solve`: (M v)_i = g_i + μ_i q_i, so v = W(g + μ ⊙ q) with W = M⁻¹ tridiagonal, and
+    p_i·v_i = 0 gives H μ = −(p_i·(W g)_i)_i with H_ij = W_ij (p_i·q_j), tridiagonal (H = S for
+    p = q), one `thomas_solve`. Needs H nonsingular, which holds for p near q (the two points on
+    the same hemisphere, as for any step that (3.16) can take). Beyond `_MULTIPLIER_LINKS` links,
+    the articulated-body recursion (`_articulated_sweeps`) instead: inside the VI's Newton loop
+    it measured faster there, though the multiplier form alone is about twice as fast at every n
+    (see docs/performance.md, "Chain solves").
 
     **Arguments:** unit vectors `q`, `p`; `g` tangent at q; `lengths`, `carried`: l and c of M.
 
     **Returns:** v, shape (n, 3).
     """
-    inverse_lengths = (1.0 / lengths)[:, None]
-    return _articulated_sweeps(q, p, g * inverse_lengths, _link_masses(carried)) * inverse_lengths
+    if q.shape[0] > _MULTIPLIER_LINKS:
+        inverse_lengths = (1.0 / lengths)[:, None]
+        return _articulated_sweeps(q, p, g * inverse_lengths, _link_masses(carried)) * inverse_lengths
+    main, upper = chain_inverse_bands(lengths, carried)
+    y = _tridiagonal_times(main, upper, g)
+    multipliers = thomas_solve(
+        upper * dot(p[1:], q[:-1]), main * dot(p, q), upper * dot(p[:-1], q[1:]), -dot(p, y)
+    )
+    return y + _tridiagonal_times(main, upper, multipliers[:, None] * q)

@@ -9,6 +9,7 @@ from double_pendulum_reference import solve as reference_solve
 import s2jax as s2
 from s2jax._structured_solve import (
     chain_factors,
+    chain_inverse_bands,
     chain_parameters,
     chain_solve,
     inertia_times,
@@ -69,7 +70,21 @@ def _dense_tilted_operator(q, p, inertia):
     return jnp.transpose(blocks, (0, 2, 1, 3)).reshape(3 * n, 3 * n)
 
 
-@pytest.mark.parametrize("n", [2, 3, 8, 64])
+@pytest.mark.parametrize("n", [2, 5, 16, 40])
+def test_a_chains_inverse_inertia_is_tridiagonal_in_closed_form(n):
+    """`chain_inverse_bands` against M⁻¹ by LU: its main and first off-diagonal, and every entry
+    further out zero (the claim the O(n) solves rest on)."""
+    inertia = _random_chain(jax.random.PRNGKey(300 + n), n)
+    inverse = jnp.linalg.inv(inertia)
+    main, upper = chain_inverse_bands(*chain_parameters(inertia))
+    scale = float(jnp.max(jnp.abs(inverse))) * float(jnp.linalg.cond(inertia))
+    np.testing.assert_allclose(main, jnp.diagonal(inverse), rtol=0, atol=1e-15 * scale)
+    np.testing.assert_allclose(upper, jnp.diagonal(inverse, 1), rtol=0, atol=1e-15 * scale)
+    np.testing.assert_allclose(jnp.triu(inverse, 2), 0.0, rtol=0, atol=1e-15 * scale)
+
+
+# 8 and 16 links solve by multipliers, 64 by the articulated-body recursion (`_MULTIPLIER_LINKS`).
+@pytest.mark.parametrize("n", [2, 3, 8, 16, 64])
 def test_tilted_chain_solve_equals_dense_solve(n):
     """v ⊥ p_i with P_{q_i}(M v)_i = g_i, against the square dense system whose row i is
     P_{q_i}(M v)_i + q_i (p_i·v_i) = g_i (g_i ⊥ q_i, so its normal part pins p_i·v_i = 0)."""
