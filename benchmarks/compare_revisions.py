@@ -6,7 +6,9 @@ A refactoring that claims "no slowdown" is checked here: the package at REV is e
 (`git archive`) into a temporary folder and imported under the name `s2jax_before`, beside
 this checkout's `s2jax`, so both run in the same process on the same machine state. The two
 are timed in alternation (before, after, before, after, …) to spread the machine's noise
-evenly, on the step_cost systems: 002 Example 1 (implicit VI, RK4) and Example 2 (explicit VI).
+evenly, on the step_cost systems: 002 Example 1 (implicit VI, RK4) and Example 2 (explicit VI), and with
+`--chains 4,8,…` chain pendula of those link counts (`chain_pendulum.paper_state(n)`, VI, RK4,
+and Rattle up to 8 links); `--name` names the results file (default compare_revisions).
 Each time is the median of 15 runs of 10⁴ steps through `simulate` (the call, checks included).
 A refactoring that claims "no numerics change" is checked too: each row says whether the final
 states of the two revisions are equal bit for bit. Writes benchmarks/results/compare_revisions.json.
@@ -47,10 +49,10 @@ def _import_revision(revision: str, folder: pathlib.Path):
     return importlib.import_module("s2jax_before")
 
 
-def _runner(package, model_name, integrator_name, dt):
+def _runner(package, model_name, integrator_name, dt, *links):
     model = getattr(package.models, model_name)
-    q0, omega0 = model.paper_state()
-    params = model.paper_params()
+    q0, omega0 = model.paper_state(*links)
+    params = model.paper_params(*links)
     integrator = getattr(package, integrator_name)()
 
     def run():
@@ -72,12 +74,19 @@ def _once(run) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the git revision to compare against")
+    parser.add_argument(
+        "--chains", default="", help="also chain pendula of these link counts, e.g. 4,8,16 (VI, RK4, Rattle to 8)"
+    )
+    parser.add_argument("--name", default="compare_revisions", help="the results file's name")
     args = parser.parse_args()
     cases = {
         "double_spherical_pendulum VariationalIntegrator": ("double_spherical_pendulum", "VariationalIntegrator", 0.01),
         "double_spherical_pendulum RungeKutta4": ("double_spherical_pendulum", "RungeKutta4", 0.01),
         "n_body_on_sphere ExplicitVariationalIntegrator": ("n_body_on_sphere", "ExplicitVariationalIntegrator", 1e-3),
     }
+    for links in (int(n) for n in args.chains.split(",") if n):
+        for integrator in ("VariationalIntegrator", "RungeKutta4", "Rattle")[: 3 if links <= 8 else 2]:
+            cases[f"chain_pendulum n={links} {integrator}"] = ("chain_pendulum", integrator, 0.01, links)
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         before = _import_revision(args.before, pathlib.Path(folder))
@@ -100,7 +109,7 @@ def main():
             print(f"{label:50s} before {us['before']:6.3f} µs/step  after {us['after']:6.3f}  "
                   f"ratio {us['after'] / us['before']:.3f}  bitwise equal: {bitwise}")
     path = write(
-        "compare_revisions",
+        args.name,
         {"before": args.before, "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results},
     )
     print(f"wrote {path}")
