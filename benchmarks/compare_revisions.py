@@ -108,9 +108,11 @@ def main():
             }
             print(f"{label:50s} before {us['before']:6.3f} µs/step  after {us['after']:6.3f}  "
                   f"ratio {us['after'] / us['before']:.3f}  bitwise equal: {bitwise}")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", args.before], capture_output=True, text=True)
     path = write(
         args.name,
-        {"before": args.before, "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results},
+        {"before": args.before, "before_commit": commit.stdout.strip(), "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results},
     )
     print(f"wrote {path}")
 
