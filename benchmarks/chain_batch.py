@@ -1,0 +1,268 @@
+"""Batch throughput on a 16-link chain pendulum, against a hand-written RK4 (issue 32, item 3).
+
+    python benchmarks/chain_batch.py [--quick] [--links 16]
+
+B = 1024 random initial states near hanging (`swinging_states`) of the n-link chain (`s2.models.chain_pendulum`, its paper params:
+m_i = 1 kg, l_i = 9.81 m), 1000 steps of h = 0.01, only the first and last states saved, through
+`s2.simulate_batch` with the VI (default) and `RungeKutta4`, beside a hand-written RK4 vmapped over
+the batch (both over the same one-axis mesh of all devices, `shard_map`). Not `Rattle`: beyond 8
+bodies its step factorises an n × n matrix by LAPACK (0.083 M steps/s here on one device, a fifth
+of the VI), and with two host devices and 512 members per device that program never returns (a
+deadlock in the LAPACK call inside the loop, reproduced at 410e460; 256 members per device run).
+
+The hand-written RK4 is the fastest fair form of the baseline we know for a chain: the
+Euler–Lagrange equations in ambient coordinates with one multiplier per link,
+
+    Σ_j M_ij q̈_j = F_i + λ_i q_i,  F_i = −∂V/∂q_i = g (Σ_{k≥i} m_k) l_i e₃,
+
+where M is constant (`chain_pendulum.inertia_matrix`): with P = M⁻¹, formed once per run,
+q̈_i = Σ_j P_ij (F_j + λ_j q_j), and the constraints q_i·q̈_i + |q̇_i|² = 0 give the n × n system
+
+    G λ = −|q̇_i|² − q_i·(P F)_i,  G_ij = P_ij (q_i·q_j),
+
+G symmetric positive definite (the Schur product of P and the Gram matrix of the q_i, whose
+diagonal is 1). For a chain P is tridiagonal (M is a scaled Green's matrix, c_{max(i,j)} with c
+decreasing), so G is too: per RK4 stage, O(n) products and one tridiagonal solve; P F is constant.
+The state is (q, q̇) ∈ ℝ³ⁿ × ℝ³ⁿ: RK4 drifts off |q_i| = 1 by O(h⁵) a step, as s2jax's
+`RungeKutta4` does. Two forms of the tridiagonal solve are timed and the faster is the baseline:
+Thomas's elimination written out over n (which XLA vectorises over the batch) and
+`lax.linalg.tridiagonal_solve` (LAPACK's gtsv per member on CPU). The field is checked against
+s2jax's `LagrangianSystem.angular_acceleration` (q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
+
+Each host-device count (1, 2) runs in its own process (the count is fixed when jax starts); the
+contenders' runs are interleaved, median of 5, after a compiling run whose time (compilation
+included) is `first_call_s`. float64. Results: benchmarks/results/chain_batch_cpu.json (on a GPU,
+chain_batch_<device>.json). `--quick`: a small batch, few steps, a temporary folder.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import interleaved_medians, jit, write  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import Mesh, PartitionSpec  # noqa: E402
+
+import s2jax as s2  # noqa: E402
+
+chain = s2.models.chain_pendulum
+DT = 0.01
+REPEATS = 5
+
+
+def swinging_states(n, batch_size, seed=0):
+    """Chains swinging about the hanging state: q_i = (e₃ + 0.5 ξ_i)/|…|, ω_i = 0.5 η_i projected
+    onto T_{q_i}S², ξ_i, η_i standard normal. (From `s2.random_state`'s uniform q_i, some of 1024
+    chains fall from above the pivot and whip their tip fast enough within 10 s that the VI's
+    Newton iteration fails at h = 0.01.)"""
+    xi, eta = np.random.default_rng(seed).normal(size=(2, batch_size, n, 3))
+    q = np.array([0.0, 0.0, 1.0]) + 0.5 * xi
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    return jnp.asarray(q), s2.project_tangent(q, 0.5 * eta)
+HAND = "hand-written RK4 (ambient, multipliers)"
+
+
+def thomas_solve(lower, diagonal, upper, r):
+    """x with T x = r for tridiagonal T (sub-, main and super-diagonals; `lower[0]` and
+    `upper[-1]` unused): Thomas's elimination written out over n, as straight-line code (no
+    pivoting, stable for the SPD G)."""
+    n = diagonal.shape[0]
+    c, d = [upper[0] / diagonal[0]], [r[0] / diagonal[0]]
+    for i in range(1, n):
+        pivot = diagonal[i] - lower[i] * c[i - 1]
+        c.append(upper[i] / pivot)
+        d.append((r[i] - lower[i] * d[i - 1]) / pivot)
+    x = [d[-1]]
+    for i in reversed(range(n - 1)):
+        x.append(d[i] - c[i] * x[-1])
+    return jnp.stack(x[::-1])
+
+
+def lapack_tridiagonal_solve(lower, diagonal, upper, r):
+    """The same solve by `jax.lax.linalg.tridiagonal_solve` (LAPACK's gtsv on CPU)."""
+    lower = jnp.concatenate([jnp.zeros(1, r.dtype), lower[1:]])
+    upper = jnp.concatenate([upper[:-1], jnp.zeros(1, r.dtype)])
+    return lax.linalg.tridiagonal_solve(lower, diagonal, upper, r[:, None])[:, 0]
+
+
+def acceleration(q, v, bands, pf, solve):
+    """q̈ of the chain with the multipliers of |q_i| = 1 (see the module docstring). `bands`:
+    the sub-, main and super-diagonals of P = M⁻¹, which is tridiagonal for a chain."""
+    below, main, above = bands
+    zero = jnp.zeros((1, 3), q.dtype)
+    q_below = jnp.concatenate([zero, q[:-1]])  # q_{i−1}
+    q_above = jnp.concatenate([q[1:], zero])  # q_{i+1}
+    r = -jnp.sum(v * v, axis=-1) - jnp.sum(q * pf, axis=-1)
+    lam = solve(below * jnp.sum(q * q_below, -1), main * jnp.sum(q * q, -1), above * jnp.sum(q * q_above, -1), r)
+    lq = lam[:, None] * q
+    lq_below = jnp.concatenate([zero, lq[:-1]])
+    lq_above = jnp.concatenate([lq[1:], zero])
+    return pf + below[:, None] * lq_below + main[:, None] * lq + above[:, None] * lq_above
+
+
+SOLVES = {"Thomas written out": thomas_solve, "lax.linalg.tridiagonal_solve": lapack_tridiagonal_solve}
+
+
+def constants(params):
+    """The three diagonals of P = M⁻¹ (tridiagonal: M_ij = c_{max(i,j)} l_i l_j with c
+    decreasing is a scaled Green's matrix; `check_field` checks that the rest of P is zero) and
+    P F, formed once per run."""
+    carried = jnp.cumsum(params["masses"][::-1])[::-1]
+    inverse_mass = jnp.linalg.inv(chain.inertia_matrix(params))
+    force = params["g"] * (carried * params["lengths"])[:, None] * jnp.array([0.0, 0.0, 1.0])
+    zero = jnp.zeros(1, inverse_mass.dtype)
+    below = jnp.concatenate([zero, jnp.diagonal(inverse_mass, -1)])
+    above = jnp.concatenate([jnp.diagonal(inverse_mass, 1), zero])
+    return (below, jnp.diagonal(inverse_mass), above), inverse_mass @ force, inverse_mass
+
+
+def hand_rk4(q0, omega0, params, num_steps, solve):
+    """num_steps of classical RK4 on (q̇, v̇) = (v, q̈), from v₀ = ω₀ × q₀; returns the final q."""
+    bands, pf, _ = constants(params)
+
+    def field(y):
+        q, v = y
+        return v, acceleration(q, v, bands, pf, solve)
+
+    def step(y, _):
+        def along(k, scale):
+            return jax.tree_util.tree_map(lambda a, b: a + scale * DT * b, y, k)
+
+        k1 = field(y)
+        k2 = field(along(k1, 0.5))
+        k3 = field(along(k2, 0.5))
+        k4 = field(along(k3, 1.0))
+
+        def combine(a, b1, b2, b3, b4):
+            return a + DT / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
+
+        return jax.tree_util.tree_map(combine, y, k1, k2, k3, k4), None
+
+    return lax.scan(step, (q0, jnp.cross(omega0, q0)), length=num_steps)[0][0]
+
+
+def sharded(fn):
+    """fn(q0, ω0) of one member, vmapped over the batch, each device mapping its own slice."""
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    spec = PartitionSpec("batch")
+    return jit(jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
+
+
+def check_field(params, n):
+    """The largest difference between the hand field's q̈ and s2jax's, at random states."""
+    system = s2.LagrangianSystem(chain.lagrangian)
+    bands, pf, inverse_mass = constants(params)
+    outside = jnp.abs(jnp.triu(inverse_mass, 2)) + jnp.abs(jnp.tril(inverse_mass, -2))
+    worst = float(jnp.max(outside) / jnp.max(jnp.abs(inverse_mass)))
+    for key in jax.random.split(jax.random.PRNGKey(1), 4):
+        q, omega = s2.random_state(key, n)
+        omega_dot = system.angular_acceleration(jnp.zeros(()), q, omega, system.prepare(q, params))
+        reference = jnp.cross(omega_dot, q) + jnp.cross(omega, jnp.cross(omega, q))
+        for solve in SOLVES.values():
+            hand = acceleration(q, jnp.cross(omega, q), bands, pf, solve)
+            worst = max(worst, float(jnp.max(jnp.abs(hand - reference)) / jnp.max(jnp.abs(reference))))
+    if worst > 1e-9:
+        raise AssertionError(f"the hand-written chain field differs from s2jax's by {worst:.3g} (relative)")
+    return worst
+
+
+def measure(n, batch_size, num_steps):
+    params = jax.tree_util.tree_map(jnp.asarray, chain.paper_params(n))
+    q0, omega0 = swinging_states(n, batch_size)
+    calls = {}
+    for name, integrator in {
+        "VariationalIntegrator": s2.VariationalIntegrator(), "RungeKutta4": s2.RungeKutta4(),
+    }.items():
+
+        def run(integrator=integrator):
+            return s2.simulate_batch(
+                chain.lagrangian, q0, omega0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
+                integrator=integrator,
+            ).q[:, -1]
+
+        calls[name] = run
+    for label, solve in SOLVES.items():
+        program = sharded(lambda q, w, solve=solve: hand_rk4(q, w, params, num_steps, solve))
+        calls[f"{HAND}, {label}"] = lambda program=program: program(q0, omega0)
+    first, final_q = {}, {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        final_q[name] = jax.block_until_ready(call())
+        first[name] = time.perf_counter() - start
+    medians = interleaved_medians(calls, REPEATS)
+    rows = {
+        name: {
+            "seconds": seconds, "times": times, "first_call_s": first[name],
+            "msteps_per_s": batch_size * num_steps / seconds / 1e6,
+        }
+        for name, (seconds, times) in medians.items()
+    }
+    hands = [name for name in rows if name.startswith(HAND)]
+    fastest = max(hands, key=lambda name: rows[name]["msteps_per_s"])
+    # RK4 on two forms of the same field (s2jax's in (q, ω), this one in (q, q̇)): both leave
+    # |q_i| = 1 by O(h⁵) a step, so their final states differ by the integrators' error, not zero.
+    gap = float(jnp.max(jnp.abs(final_q[fastest] - final_q["RungeKutta4"])))
+    return {
+        "links": n, "batch_size": batch_size, "num_steps": num_steps, "methods": rows, "baseline": fastest,
+        "vi_over_baseline": rows["VariationalIntegrator"]["msteps_per_s"] / rows[fastest]["msteps_per_s"],
+        "rungekutta4_over_baseline": rows["RungeKutta4"]["msteps_per_s"] / rows[fastest]["msteps_per_s"],
+        "max_q_gap_rungekutta4_vs_baseline": gap,
+    }
+
+
+def _summary(run):
+    rates = ", ".join(f"{name} {row['msteps_per_s']:.3g}" for name, row in run["methods"].items())
+    return (
+        f"{rates} M steps/s; VI/baseline {run['vi_over_baseline']:.2f}, "
+        f"RungeKutta4/baseline {run['rungekutta4_over_baseline']:.2f}"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--links", type=int, default=16)
+    parser.add_argument("--child", type=int, nargs=2, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.child:
+        print(json.dumps({"device_count": jax.device_count(), "run": measure(arguments.links, *arguments.child)}))
+        return
+    n = arguments.links
+    batch_size, num_steps = (64, 20) if arguments.quick else (1024, 1000)
+    payload = {
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]), "dt": DT, "repeats": REPEATS,
+        "field_check_max_relative_error": check_field(jax.tree_util.tree_map(jnp.asarray, chain.paper_params(n)), n),
+        "load_average_at_start": os.getloadavg(),
+    }
+    if jax.default_backend() == "cpu":
+        payload["host_device_scaling"] = []
+        for count in (1, 2):
+            env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"}
+            command = [sys.executable, __file__, "--links", str(n), "--child", str(batch_size), str(num_steps)]
+            result = json.loads(
+                subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            )
+            print(f"{count} host device(s): {_summary(result['run'])}", flush=True)
+            payload["host_device_scaling"].append(result)
+        name = "chain_batch_cpu"
+    else:
+        payload["device_kind"] = jax.devices()[0].device_kind
+        payload["run"] = measure(n, batch_size, num_steps)
+        print(_summary(payload["run"]), flush=True)
+        name = "chain_batch_" + re.sub(r"[^a-z0-9]+", "_", jax.devices()[0].device_kind.lower()).strip("_")
+    payload["load_average_at_end"] = os.getloadavg()
+    print(write(name, payload, quick=arguments.quick))
+
+
+if __name__ == "__main__":
+    main()
