@@ -2,10 +2,11 @@
 
     python benchmarks/chain_batch.py [--quick] [--links 16]
 
-B = 1024 random initial states near hanging (`swinging_states`) of the n-link chain (`s2.models.chain_pendulum`, its paper params:
-m_i = 1 kg, l_i = 9.81 m), 1000 steps of h = 0.01, only the first and last states saved, through
-`s2.simulate_batch` with the VI (default) and `RungeKutta4`, beside a hand-written RK4 vmapped over
-the batch (both over the same one-axis mesh of all devices, `shard_map`). Not `Rattle`: beyond 8
+B = 1024 random initial states near hanging (`swinging_states`) of the n-link chain
+(`s2.models.chain_pendulum`, its paper params: m_i = 1 kg, l_i = 9.81 m), 1000 steps of h = 0.01,
+only the first and last states saved, through `s2.simulate_batch` with the VI (default) and
+`RungeKutta4`, beside a hand-written RK4 vmapped over the batch (both over the same one-axis mesh
+of all devices, `shard_map`). Not `Rattle`: beyond 8
 bodies its step factorises an n × n matrix by LAPACK (0.083 M steps/s here on one device, a fifth
 of the VI), and with two host devices and 512 members per device that program never returns (a
 deadlock in the LAPACK call inside the loop, reproduced at 410e460; 256 members per device run).
@@ -249,9 +250,8 @@ def main():
         for count in (1, 2):
             env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"}
             command = [sys.executable, __file__, "--links", str(n), "--child", str(batch_size), str(num_steps)]
-            result = json.loads(
-                subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            )
+            run = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            result = json.loads(run.stdout.strip().splitlines()[-1])
             print(f"{count} host device(s): {_summary(result['run'])}", flush=True)
             payload["host_device_scaling"].append(result)
         name = "chain_batch_cpu"

@@ -112,7 +112,10 @@ def main():
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", args.before], capture_output=True, text=True)
     path = write(
         args.name,
-        {"before": args.before, "before_commit": commit.stdout.strip(), "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results},
+        {
+            "before": args.before, "before_commit": commit.stdout.strip(),
+            "method": f"medians of {REPEATS} alternating runs of 1e4 steps", "results": results,
+        },
     )
     print(f"wrote {path}")
 

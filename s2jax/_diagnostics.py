@@ -4,8 +4,12 @@ Every function takes states with any leading axes (a time series (S, n, 3), a ba
 (B, S, n, 3), or a single state (n, 3)) and returns one value per state.
 """
 
+import math
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._geometry import dot
@@ -17,30 +21,45 @@ from ._system import LagrangianSystem, SystemArgs
 _CHUNK_ENTRIES = 2**22
 
 
+@eqx.filter_jit
+def _over_states(fn, q, omega):
+    """`fn` of each state, the leading axes flattened and restored: one compiled program per
+    function (a `jax.tree_util.Partial` of a module-level one, so equal calls share it) and shapes,
+    where an eager `jax.vmap` would run, and compile, an operation at a time."""
+    lead, n = q.shape[:-2], q.shape[-2]
+    return jax.vmap(fn)(q.reshape(-1, n, 3), omega.reshape(-1, n, 3)).reshape(lead)
+
+
 def _per_state(fn, q, omega):
     q = jnp.asarray(q)
     omega = jnp.asarray(omega)
     lead = q.shape[:-2]
     n = q.shape[-2]
-    q = q.reshape(-1, n, 3)
-    omega = omega.reshape(-1, n, 3)
-    num_states = q.shape[0]
+    num_states = math.prod(lead)
     chunk = max(1, _CHUNK_ENTRIES // (3 * n * n))
     if num_states <= chunk:
-        return jax.vmap(fn)(q, omega).reshape(lead)
-    # Many chunks: compile the batched function once, for one chunk shape (the last is padded).
-    batched = jax.jit(jax.vmap(fn))
+        return _over_states(fn, q, omega)
+    # Many chunks: one program for one chunk shape (the last is padded).
+    q = q.reshape(-1, n, 3)
+    omega = omega.reshape(-1, n, 3)
     pad = -num_states % chunk
     q = jnp.concatenate([q, jnp.broadcast_to(q[-1:], (pad, n, 3))])
     omega = jnp.concatenate([omega, jnp.broadcast_to(omega[-1:], (pad, n, 3))])
-    pieces = [batched(q[i : i + chunk], omega[i : i + chunk]) for i in range(0, num_states, chunk)]
+    pieces = [_over_states(fn, q[i : i + chunk], omega[i : i + chunk]) for i in range(0, num_states, chunk)]
     return jnp.concatenate(pieces)[:num_states].reshape(lead)
+
+
+def _energy_at(system, params, q, omega):
+    return system.energy(q, omega, SystemArgs(params))
+
+
+def _momentum_about(system, params, axis, q, omega):
+    return jnp.sum(system.ambient_momentum(q, omega, SystemArgs(params)) * jnp.cross(axis, q))
 
 
 def energy(lagrangian: Lagrangian, q: Float[Array, "... n 3"], omega: Float[Array, "... n 3"], params: Params):
     """The total energy E = Σ_i q̇_i·∂L/∂q̇_i − L at q̇_i = ω_i × q_i."""
-    system = LagrangianSystem(lagrangian)
-    return _per_state(lambda x, w: system.energy(x, w, SystemArgs(params)), q, omega)
+    return _per_state(jax.tree_util.Partial(_energy_at, LagrangianSystem(lagrangian), params), q, omega)
 
 
 def momentum_map(
@@ -57,12 +76,8 @@ def momentum_map(
     along e₃ it is the vertical angular momentum. ∂L/∂q̇ comes from automatic differentiation.
     """
     system = LagrangianSystem(lagrangian)
-    e = jnp.asarray(axis, dtype=jnp.asarray(q).dtype)
-
-    def one(x, w):
-        return jnp.sum(system.ambient_momentum(x, w, SystemArgs(params)) * jnp.cross(e, x))
-
-    return _per_state(one, q, omega)
+    e = np.asarray(axis, dtype=jnp.asarray(q).dtype)  # numpy: jnp.asarray compiles a program of its own
+    return _per_state(jax.tree_util.Partial(_momentum_about, system, params, e), q, omega)
 
 
 def unit_length_error(q: Float[Array, "... n 3"]) -> Float[Array, "..."]:

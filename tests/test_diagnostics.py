@@ -35,3 +35,24 @@ def test_figures_of_merit_reuse_given_energies():
     assert s2.figures_of_merit(model.lagrangian, sol.q, sol.omega, params, energies=e) == (
         s2.figures_of_merit(model.lagrangian, sol.q, sol.omega, params)
     )
+
+
+def test_energy_and_momentum_map_are_one_program_and_independent_of_it(compilations):
+    """`energy` of a trajectory compiles one program, and none for new values of the same shapes
+    (an eager `jax.vmap` ran, and compiled, an operation at a time: 16 programs for the
+    spherical pendulum). The values against the closed forms E = ½ m r²|ω|² − m g r q·e₃ and
+    J = m r² (q × (ω × q))·e₃ = m r² ω·e₃ (ω ⊥ q, |q| = 1)."""
+    model = s2.models.spherical_pendulum
+    params = {"m": 1.5, "r": 0.7, "g": 9.81}
+    keys = jax.random.split(jax.random.PRNGKey(5), 7)
+    q, omega = jax.vmap(lambda key: s2.random_state(key, 1))(keys)
+    found, faster = {}, 2.0 * omega
+    assert compilations(lambda: found.update(e=s2.energy(model.lagrangian, q, omega, params))) == 1
+    assert compilations(lambda: found.update(e2=s2.energy(model.lagrangian, q, faster, params))) == 0
+    m, r, g = params["m"], params["r"], params["g"]
+    for scale, name in ((1.0, "e"), (2.0, "e2")):
+        w = scale * omega[:, 0]
+        expected = 0.5 * m * r**2 * np.sum(w * w, axis=-1) - m * g * r * q[:, 0, 2]
+        np.testing.assert_allclose(found[name], expected, rtol=1e-14, atol=1e-14)
+    assert compilations(lambda: found.update(j=s2.momentum_map(model.lagrangian, q, omega, params))) == 1
+    np.testing.assert_allclose(found["j"], m * r**2 * omega[:, 0, 2], rtol=1e-13, atol=1e-14)
