@@ -11,6 +11,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ._block_elimination import block_solve
 from ._custom_types import Array, Bool, Float
@@ -32,6 +33,11 @@ from ._structured_solve import (
 # and ran 7.9 µs a step (a random dense M, `benchmarks/dense_inertia.py`'s model), this path 2.0 s
 # and 11.8 µs; at 5 bodies the elimination wins (4.1 s and 0.73 µs against 2.0 s and 10.2 µs).
 MIN_CHOLESKY_BODIES = 8
+# Up to this many bodies `cholesky` factorises in XLA (a `lax.fori_loop`), beyond by LAPACK: the
+# dense model of `benchmarks/dense_inertia.py`, µs per step, LAPACK → fori_loop: n = 16, VI 22 → 5.4,
+# RK4 19 → 9.6, Rattle 13 → 4.6; n = 32, 43 → 18, 43 → 34, 62 → 24; n = 64, 81 → 130, 109 → 200,
+# 70 → 103 (docs/performance.md, "Dense inertia").
+MAX_XLA_CHOLESKY_BODIES = 32
 
 STRUCTURES = ("dense", "chain", "diagonal")
 """What an `Inertia` may know of M: nothing ("dense"), M_ij = c_{max(i,j)} l_i l_j ("chain"), or
@@ -113,11 +119,54 @@ class Inertia(eqx.Module):
         return block_solve(self.operator(q), rhs)
 
 
-def gram_cholesky(inverse: Float[Array, "n n"], q: Float[Array, "n 3"]):
-    """The Cholesky factor of S = W ∘ Gram(q), W = M⁻¹: symmetric positive definite (a Schur
-    product of two), the n × n matrix of every many-body solve (`tangent_solve`, and RATTLE's
-    multipliers, `_integrators.constrained`)."""
-    return jax.scipy.linalg.cho_factor(inverse * (q @ q.T), lower=True)
+def cholesky(matrix: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """The lower Cholesky factor L of a symmetric positive definite matrix, L Lᵀ = matrix: up to
+    `MAX_XLA_CHOLESKY_BODIES` rows column by column in a `lax.fori_loop` (O(n²) a column, so
+    n³ multiply–adds against LAPACK's n³/3), beyond by LAPACK (`jax.scipy.linalg.cho_factor`).
+
+    Inside the steps' loops LAPACK's `potrf` is a custom call, and a program that vmaps it over
+    256 or more members per device inside a loop, sharded over two host CPU devices, never returns
+    on jaxlib 0.10.2 (a deadlock, reproduced with JAX alone: docs/batches.md); one device runs it.
+    Written in JAX the factorisation is ordinary XLA code, and for few bodies faster too
+    (docs/performance.md, "Dense inertia").
+    """
+    n = matrix.shape[-1]
+    if n > MAX_XLA_CHOLESKY_BODIES:
+        return jax.scipy.linalg.cho_factor(matrix, lower=True)[0]
+    rows = jnp.arange(n)
+
+    def column(j, lower):
+        # Column j of L from the columns before it (row j of `lower` holds L_jk, k < j, else 0).
+        v = matrix[:, j] - lower @ lower[j]
+        return lower.at[:, j].set(jnp.where(rows >= j, v / jnp.sqrt(v[j]), 0.0))
+
+    return lax.fori_loop(0, n, column, jnp.zeros_like(matrix))
+
+
+def cholesky_solve(lower: Float[Array, "n n"], rhs: Float[Array, " n"]) -> Float[Array, " n"]:
+    """x with L Lᵀ x = rhs for the factor L of `cholesky`: two triangular sweeps in
+    `lax.fori_loop`s, O(n²) (LAPACK's `cho_solve` beyond `MAX_XLA_CHOLESKY_BODIES`)."""
+    n = lower.shape[-1]
+    if n > MAX_XLA_CHOLESKY_BODIES:
+        return jax.scipy.linalg.cho_solve((lower, True), rhs)
+
+    def forward(i, y):  # L y = rhs; y_k = 0 for k ≥ i so far
+        return y.at[i].set((rhs[i] - lower[i] @ y) / lower[i, i])
+
+    y = lax.fori_loop(0, n, forward, jnp.zeros_like(rhs))
+
+    def backward(k, x):  # Lᵀ x = y from the last row; x_k = 0 for k ≤ i so far
+        i = n - 1 - k
+        return x.at[i].set((y[i] - lower[:, i] @ x) / lower[i, i])
+
+    return lax.fori_loop(0, n, backward, jnp.zeros_like(rhs))
+
+
+def gram_cholesky(inverse: Float[Array, "n n"], q: Float[Array, "n 3"]) -> Float[Array, "n n"]:
+    """The Cholesky factor (`cholesky`) of S = W ∘ Gram(q), W = M⁻¹: symmetric positive definite
+    (a Schur product of two), the n × n matrix of every many-body solve (`tangent_solve`, and
+    RATTLE's multipliers, `_integrators.constrained`)."""
+    return cholesky(inverse * (q @ q.T))
 
 
 def tangent_solve(
@@ -133,5 +182,5 @@ def tangent_solve(
     (Runge–Kutta stages) a smooth extension of A⁻¹, as `chain_solve`'s."""
     factor = gram_cholesky(inverse, q) if factor is None else factor
     y = inverse @ jnp.cross(q, rhs)
-    multipliers = jax.scipy.linalg.cho_solve(factor, -dot(q, y))
+    multipliers = cholesky_solve(factor, -dot(q, y))
     return jnp.cross(y + inverse @ (multipliers[:, None] * q), q)

@@ -275,3 +275,52 @@ def test_two_processes_with_jax_distributed():
         assert result["gap"] < 1e-13  # the same arithmetic per member as the vmap
         # member 4 ran on process 1; both processes name it
         assert result["error"].startswith("s2jax.simulate (batch index (4,)): step 0 → 1")
+
+
+_DENSE_SCRIPT = r"""
+import json
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import numpy as np
+import s2jax as s2
+
+n, batch = 16, 512  # 256 members per device: where a LAPACK factorisation in the loop deadlocked
+rng = np.random.default_rng(0)
+a = rng.normal(size=(n, n))
+params = {"M": jnp.asarray(a @ a.T / n + np.eye(n))}
+
+def lagrangian(q, qdot, params):
+    return 0.5 * jnp.einsum("ij,ic,jc->", params["M"], qdot, qdot) + 9.81 * jnp.sum(q[:, 2])
+
+q, omega = s2.random_state(jax.random.PRNGKey(0), n)
+scale = jnp.linspace(0.1, 0.5, batch)[:, None, None]
+q0, omega0 = jnp.broadcast_to(q, (batch, n, 3)), scale * omega
+out = {"devices": jax.device_count()}
+for name in ("VariationalIntegrator", "RungeKutta4", "Rattle"):
+    integrator = getattr(s2, name)()
+    run = dict(dt=1e-3, num_steps=20, save_every=20, integrator=integrator)
+    final = s2.simulate_batch(lagrangian, q0, omega0, params, **run).q[:, -1]
+    alone = [s2.simulate(lagrangian, q0[i], omega0[i], params, **run).q[-1] for i in (0, batch - 1)]
+    out[name] = max(float(jnp.max(jnp.abs(final[i] - x))) for i, x in zip((0, batch - 1), alone))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_dense_batch_over_two_host_devices_returns():
+    """16 bodies with a dense M (its n × n solves factorised in every step), 512 members over two
+    host devices: with LAPACK's Cholesky in the loop this program never returned (jaxlib 0.10.2);
+    `_inertia.cholesky` is XLA code. The members equal their own `simulate` runs."""
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run([sys.executable, "-c", _DENSE_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 2
+    for name in ("VariationalIntegrator", "RungeKutta4", "Rattle"):
+        # the same arithmetic per member; XLA may fuse a vmapped slice differently (round-off)
+        assert out[name] < 1e-12, (name, out[name])

@@ -386,3 +386,20 @@ def test_chain_forward_and_reverse_mode_agree_under_jit_and_vmap():
     central = jnp.array([(loss(s + eps) - loss(s - eps)) / (2 * eps) for s in scales])
     np.testing.assert_allclose(reverse, central, rtol=1e-6)
     assert float(jnp.min(jnp.abs(reverse))) > 1e-3
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 32, 40])
+def test_cholesky_and_its_solve_against_numpy(n):
+    """`_inertia.cholesky` (XLA code up to 32 rows, LAPACK beyond) and `cholesky_solve` against
+    numpy's factor and solve of a random symmetric positive definite matrix."""
+    from s2jax._inertia import cholesky, cholesky_solve
+
+    rng = np.random.default_rng(n)
+    a = rng.normal(size=(n, n))
+    matrix = a @ a.T + n * np.eye(n)
+    rhs = rng.normal(size=n)
+    factor = cholesky(jnp.asarray(matrix))
+    np.testing.assert_allclose(factor, np.linalg.cholesky(matrix), rtol=0, atol=1e-14 * np.sqrt(n) * n)
+    expected = np.linalg.solve(matrix, rhs)
+    solved = cholesky_solve(factor, jnp.asarray(rhs))
+    np.testing.assert_allclose(solved, expected, rtol=0, atol=1e-14 * np.linalg.cond(matrix))

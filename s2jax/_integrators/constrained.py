@@ -12,14 +12,13 @@ docs/integrators/constrained.md, docs/papers.md.
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from .._block_elimination import MAX_UNROLLED_BODIES
 from .._custom_types import Array, Float
 from .._geometry import dot
-from .._inertia import gram_cholesky
+from .._inertia import cholesky_solve, gram_cholesky
 from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._system import AbstractSystem, LagrangianSystem
@@ -208,7 +207,7 @@ def _normal_solve(inverse, coupling, x, rhs):
     if coupling is None:
         return rhs / dot(x, x)
     if x.shape[0] > MAX_UNROLLED_BODIES:
-        return jnp.diagonal(inverse) * jax.scipy.linalg.cho_solve(gram_cholesky(inverse, x), rhs)
+        return jnp.diagonal(inverse) * cholesky_solve(gram_cholesky(inverse, x), rhs)
     return _solve_small(coupling * dot(x[:, None], x[None]), rhs)
 
 
@@ -231,7 +230,7 @@ def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, un
     scale = lax.stop_gradient(jnp.diagonal(inverse))
 
     def approximate_inverse(r):
-        return -0.5 * scale * jax.scipy.linalg.cho_solve(factor, r)
+        return -0.5 * scale * cholesky_solve(factor, r)
 
     def jacobian_solve(z, r):
         return jnp.linalg.solve(-2.0 * coupling * ((x + displacement(z)) @ x.T), r)
