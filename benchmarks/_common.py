@@ -38,6 +38,27 @@ def jit(fn, **kwargs):
     return jax.jit(fn, compiler_options=s2.compiler_options() or None, **kwargs)
 
 
+def classical_rk4(field, y0, dt, num_steps):
+    """`num_steps` of classical RK4 on y′ = field(y), y a PyTree, in a `lax.scan`: the loop of the
+    hand-written baselines (`batch_throughput.py`, `chain_batch.py`). Returns the final y."""
+
+    def step(y, _):
+        def along(k, scale):
+            return jax.tree_util.tree_map(lambda a, b: a + scale * dt * b, y, k)
+
+        k1 = field(y)
+        k2 = field(along(k1, 0.5))
+        k3 = field(along(k2, 0.5))
+        k4 = field(along(k3, 1.0))
+
+        def combine(a, b1, b2, b3, b4):
+            return a + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
+
+        return jax.tree_util.tree_map(combine, y, k1, k2, k3, k4), None
+
+    return jax.lax.scan(step, y0, length=num_steps)[0]
+
+
 def timed(call) -> float:
     """Wall time of one `call()`, blocking on its outputs."""
     start = time.perf_counter()

@@ -39,8 +39,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import jit, median_time, write  # noqa: E402
-from jax import lax  # noqa: E402
+from _common import classical_rk4, jit, median_time, write  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
 import s2jax as s2  # noqa: E402
@@ -84,20 +83,7 @@ def hand_rk4(q0, omega0, params, num_steps):
         q, omega = y
         return jnp.cross(omega, q), closed_form_acceleration(q, omega, params)
 
-    def step(y, _):
-        def along(k, scale):
-            return jax.tree_util.tree_map(lambda a, b: a + scale * DT * b, y, k)
-
-        k1 = field(y)
-        k2 = field(along(k1, 0.5))
-        k3 = field(along(k2, 0.5))
-        k4 = field(along(k3, 1.0))
-        def combine(a, b1, b2, b3, b4):
-            return a + DT / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
-
-        return jax.tree_util.tree_map(combine, y, k1, k2, k3, k4), None
-
-    return lax.scan(step, (q0, omega0), length=num_steps)[0]
+    return classical_rk4(field, (q0, omega0), DT, num_steps)
 
 
 def sharded_hand_rk4(params, num_steps):

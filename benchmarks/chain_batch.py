@@ -50,7 +50,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import interleaved_medians, jit, write  # noqa: E402
+from _common import classical_rk4, interleaved_medians, jit, write  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
@@ -135,21 +135,7 @@ def hand_rk4(q0, omega0, params, num_steps, solve):
         q, v = y
         return v, acceleration(q, v, bands, pf, solve)
 
-    def step(y, _):
-        def along(k, scale):
-            return jax.tree_util.tree_map(lambda a, b: a + scale * DT * b, y, k)
-
-        k1 = field(y)
-        k2 = field(along(k1, 0.5))
-        k3 = field(along(k2, 0.5))
-        k4 = field(along(k3, 1.0))
-
-        def combine(a, b1, b2, b3, b4):
-            return a + DT / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
-
-        return jax.tree_util.tree_map(combine, y, k1, k2, k3, k4), None
-
-    return lax.scan(step, (q0, jnp.cross(omega0, q0)), length=num_steps)[0][0]
+    return classical_rk4(field, (q0, jnp.cross(omega0, q0)), DT, num_steps)[0]
 
 
 def sharded(fn):
