@@ -60,3 +60,17 @@ def test_an_unreachable_target_stops_after_a_round_without_progress(solver):
     message = "lowered neither the violation nor the cost; stopped early, it means the terminal constraint looks"
     with pytest.raises((s2.SimulationError, jax.errors.JaxRuntimeError), match=message):
         s2.control.solve(problem, q0, omega0, solver=solver)
+    # In float64 (the suite's) the error does not blame float32.
+    with pytest.raises((s2.SimulationError, jax.errors.JaxRuntimeError)) as raised:
+        s2.control.solve(problem, q0, omega0, solver=solver)
+    assert "float32" not in str(raised.value)
+
+
+def test_the_not_converged_error_names_float32_when_x64_is_off():
+    """Without `jax_enable_x64` the swing-up example does not converge (tried: the error said only
+    "did not meet its tolerances"); the error then says the states are float32 and how to enable
+    float64. Read from `jax.config` when the error is raised (`_solve._raise_if_failed`)."""
+    from s2jax.control._solve import _not_converged_hint
+
+    assert 'jax.config.update("jax_enable_x64", True)' in _not_converged_hint(False)
+    assert "float32" not in _not_converged_hint(True)

@@ -285,11 +285,24 @@ def cache_size() -> int:
     return _iterate.cache_size() + _finish.cache_size()
 
 
-def _raise_if_failed(codes):
+def _not_converged_hint(x64: bool) -> str:
+    """What `solve` adds to the not-converged error; without float64 (`jax_enable_x64` off) it
+    names float32, whose resolution the default tolerances need not be reachable in (the
+    swing-up example fails so)."""
     hint = (
         "; stopped early, it means the terminal constraint looks unreachable from there (bounds too tight or "
         "horizon too short?)"
     )
+    if not x64:
+        hint += (
+            ". The states are float32 (jax_enable_x64 is off): tolerances near float32's resolution may be "
+            'unreachable; enable float64 with jax.config.update("jax_enable_x64", True) before creating arrays'
+        )
+    return hint
+
+
+def _raise_if_failed(codes):
+    hint = _not_converged_hint(jax.config.jax_enable_x64)
     raise_for_codes(codes, "s2jax.control.solve", hints={int(RESULTS.optimisation_not_converged._value): hint})
 
 
