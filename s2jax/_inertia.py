@@ -33,8 +33,9 @@ from ._structured_solve import (
 # and ran 7.9 µs a step (a random dense M, `benchmarks/dense_inertia.py`'s model), this path 2.0 s
 # and 11.8 µs; at 5 bodies the elimination wins (4.1 s and 0.73 µs against 2.0 s and 10.2 µs).
 MIN_CHOLESKY_BODIES = 8
-# Up to this many bodies `cholesky` factorises in XLA (a `lax.fori_loop`), beyond by LAPACK: the
-# dense model of `benchmarks/dense_inertia.py`, µs per step, LAPACK → fori_loop: n = 16, VI 22 → 5.4,
+# Up to this many bodies, on several CPU devices, `cholesky` factorises in XLA (a `lax.fori_loop`),
+# beyond by LAPACK: the dense model of `benchmarks/dense_inertia.py`, µs per step, LAPACK →
+# fori_loop: n = 16, VI 22 → 5.4,
 # RK4 19 → 9.6, Rattle 13 → 4.6; n = 32, 43 → 18, 43 → 34, 62 → 24; n = 64, 81 → 130, 109 → 200,
 # 70 → 103 (docs/performance.md, "Dense inertia").
 MAX_XLA_CHOLESKY_BODIES = 32
@@ -120,18 +121,20 @@ class Inertia(eqx.Module):
 
 
 def cholesky(matrix: Float[Array, "n n"]) -> Float[Array, "n n"]:
-    """The lower Cholesky factor L of a symmetric positive definite matrix, L Lᵀ = matrix: up to
-    `MAX_XLA_CHOLESKY_BODIES` rows column by column in a `lax.fori_loop` (O(n²) a column, so
-    n³ multiply–adds against LAPACK's n³/3), beyond by LAPACK (`jax.scipy.linalg.cho_factor`).
+    """The lower Cholesky factor L of a symmetric positive definite matrix, L Lᵀ = matrix: where
+    the default backend is CPU with several devices and n ≤ `MAX_XLA_CHOLESKY_BODIES`, column by
+    column in a `lax.fori_loop` (O(n²) a column, so n³ multiply–adds against LAPACK's n³/3);
+    otherwise by the backend's library (`jax.scipy.linalg.cho_factor`: LAPACK on CPU).
 
     Inside the steps' loops LAPACK's `potrf` is a custom call, and a program that vmaps it over
     256 or more members per device inside a loop, sharded over two host CPU devices, never returns
     on jaxlib 0.10.2 (a deadlock, reproduced with JAX alone: docs/batches.md); one device runs it.
-    Written in JAX the factorisation is ordinary XLA code, and for few bodies faster too
-    (docs/performance.md, "Dense inertia").
+    Written in JAX the factorisation is ordinary XLA code. It also runs 2–4× faster at 16–32
+    bodies, but its loops add ~1 s to a dense program's compilation, so with one CPU device, where
+    LAPACK cannot deadlock, LAPACK is kept (docs/performance.md, "Dense inertia").
     """
     n = matrix.shape[-1]
-    if n > MAX_XLA_CHOLESKY_BODIES:
+    if not _xla_cholesky(n):
         return jax.scipy.linalg.cho_factor(matrix, lower=True)[0]
     rows = jnp.arange(n)
 
@@ -145,9 +148,9 @@ def cholesky(matrix: Float[Array, "n n"]) -> Float[Array, "n n"]:
 
 def cholesky_solve(lower: Float[Array, "n n"], rhs: Float[Array, " n"]) -> Float[Array, " n"]:
     """x with L Lᵀ x = rhs for the factor L of `cholesky`: two triangular sweeps in
-    `lax.fori_loop`s, O(n²) (LAPACK's `cho_solve` beyond `MAX_XLA_CHOLESKY_BODIES`)."""
+    `lax.fori_loop`s, O(n²), where `cholesky` runs in XLA; else the library's `cho_solve`."""
     n = lower.shape[-1]
-    if n > MAX_XLA_CHOLESKY_BODIES:
+    if not _xla_cholesky(n):
         return jax.scipy.linalg.cho_solve((lower, True), rhs)
 
     def forward(i, y):  # L y = rhs; y_k = 0 for k ≥ i so far
@@ -160,6 +163,12 @@ def cholesky_solve(lower: Float[Array, "n n"], rhs: Float[Array, " n"]) -> Float
         return x.at[i].set((y[i] - lower[:, i] @ x) / lower[i, i])
 
     return lax.fori_loop(0, n, backward, jnp.zeros_like(rhs))
+
+
+def _xla_cholesky(n: int) -> bool:
+    """Whether `cholesky` factorises n × n in XLA: up to `MAX_XLA_CHOLESKY_BODIES`, where the
+    default backend is CPU with several devices (the deadlock's condition)."""
+    return n <= MAX_XLA_CHOLESKY_BODIES and jax.default_backend() == "cpu" and jax.device_count() > 1
 
 
 def gram_cholesky(inverse: Float[Array, "n n"], q: Float[Array, "n 3"]) -> Float[Array, "n n"]:

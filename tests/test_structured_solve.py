@@ -389,10 +389,14 @@ def test_chain_forward_and_reverse_mode_agree_under_jit_and_vmap():
 
 
 @pytest.mark.parametrize("n", [1, 2, 9, 32, 40])
-def test_cholesky_and_its_solve_against_numpy(n):
-    """`_inertia.cholesky` (XLA code up to 32 rows, LAPACK beyond) and `cholesky_solve` against
-    numpy's factor and solve of a random symmetric positive definite matrix."""
+def test_cholesky_and_its_solve_against_numpy(n, monkeypatch):
+    """`_inertia.cholesky` and `cholesky_solve` against numpy's factor and solve of a random
+    symmetric positive definite matrix, on the XLA path up to 32 rows (which this one-device
+    process would not take by itself: forced) and on LAPACK's beyond."""
+    from s2jax import _inertia
     from s2jax._inertia import cholesky, cholesky_solve
+
+    monkeypatch.setattr(_inertia, "_xla_cholesky", lambda rows: rows <= _inertia.MAX_XLA_CHOLESKY_BODIES)
 
     rng = np.random.default_rng(n)
     a = rng.normal(size=(n, n))
