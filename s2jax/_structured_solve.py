@@ -280,11 +280,7 @@ def chain_solve(
 
     **Returns:** ω, shape (n, 3).
     """
-    main, upper = chain_inverse_bands(lengths, carried)
-    y = _tridiagonal_times(main, upper, jnp.cross(q, rhs))
-    off = upper * dot(q[:-1], q[1:])
-    multipliers = thomas_solve(off, main * dot(q, q), off, -dot(q, y))
-    u = y + _tridiagonal_times(main, upper, multipliers[:, None] * q)
+    u = _by_multipliers(q, q, jnp.cross(q, rhs), lengths, carried)
     normal = dot(q, rhs)[:, None] * q / (carried * lengths**2)[:, None]
     return jnp.cross(u, q) + normal
 
@@ -316,6 +312,12 @@ def tilted_chain_solve(
     if q.shape[0] > _MULTIPLIER_LINKS:
         inverse_lengths = (1.0 / lengths)[:, None]
         return _articulated_sweeps(q, p, g * inverse_lengths, _link_masses(carried)) * inverse_lengths
+    return _by_multipliers(q, p, g, lengths, carried)
+
+
+def _by_multipliers(q, p, g, lengths, carried):
+    """v = W(g + μ ⊙ q) with p_i·v_i = 0: H μ = −(p_i·(W g)_i)_i, H_ij = W_ij (p_i·q_j), by
+    `thomas_solve` (`tilted_chain_solve`; `chain_solve` with p = q, g = q × b)."""
     main, upper = chain_inverse_bands(lengths, carried)
     y = _tridiagonal_times(main, upper, g)
     multipliers = thomas_solve(
