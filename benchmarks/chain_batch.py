@@ -4,12 +4,12 @@
 
 B = 1024 random initial states near hanging (`swinging_states`) of the n-link chain
 (`s2.models.chain_pendulum`, its paper params: m_i = 1 kg, l_i = 9.81 m), 1000 steps of h = 0.01,
-only the first and last states saved, through `s2.simulate_batch` with the VI (default) and
-`RungeKutta4`, beside a hand-written RK4 vmapped over the batch (both over the same one-axis mesh
-of all devices, `shard_map`). Not `Rattle`: beyond 8
-bodies its step factorises an n × n matrix by LAPACK (0.083 M steps/s here on one device, a fifth
-of the VI), and with two host devices and 512 members per device that program never returns (a
-deadlock in the LAPACK call inside the loop, reproduced at 410e460; 256 members per device run).
+only the first and last states saved, through `s2.simulate_batch` with the VI (default),
+`RungeKutta4` and `Rattle` (the VI's map by multipliers, O(n) a step on a chain from 5 links),
+beside a hand-written RK4 vmapped over the batch (all over the same one-axis mesh of all
+devices, `shard_map`). (Before `Rattle` took a chain's tridiagonal W, beyond 8 bodies it
+factorised a dense n × n matrix by LAPACK: 0.083 M steps/s here on one device, and with two
+host devices and 512 members per device that program never returned: docs/batches.md.)
 
 The hand-written RK4 is the fastest fair form of the baseline we know for a chain: the
 Euler–Lagrange equations in ambient coordinates with one multiplier per link,
@@ -168,7 +168,7 @@ def measure(n, batch_size, num_steps):
     q0, omega0 = swinging_states(n, batch_size)
     calls = {}
     for name, integrator in {
-        "VariationalIntegrator": s2.VariationalIntegrator(), "RungeKutta4": s2.RungeKutta4(),
+        "VariationalIntegrator": s2.VariationalIntegrator(), "RungeKutta4": s2.RungeKutta4(), "Rattle": s2.Rattle(),
     }.items():
 
         def run(integrator=integrator):
@@ -203,6 +203,7 @@ def measure(n, batch_size, num_steps):
         "links": n, "batch_size": batch_size, "num_steps": num_steps, "methods": rows, "baseline": fastest,
         "vi_over_baseline": rows["VariationalIntegrator"]["msteps_per_s"] / rows[fastest]["msteps_per_s"],
         "rungekutta4_over_baseline": rows["RungeKutta4"]["msteps_per_s"] / rows[fastest]["msteps_per_s"],
+        "rattle_over_baseline": rows["Rattle"]["msteps_per_s"] / rows[fastest]["msteps_per_s"],
         "max_q_gap_rungekutta4_vs_baseline": gap,
     }
 
@@ -211,7 +212,7 @@ def _summary(run):
     rates = ", ".join(f"{name} {row['msteps_per_s']:.3g}" for name, row in run["methods"].items())
     return (
         f"{rates} M steps/s; VI/baseline {run['vi_over_baseline']:.2f}, "
-        f"RungeKutta4/baseline {run['rungekutta4_over_baseline']:.2f}"
+        f"RungeKutta4/baseline {run['rungekutta4_over_baseline']:.2f}, Rattle/baseline {run['rattle_over_baseline']:.2f}"
     )
 
 

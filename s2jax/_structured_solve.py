@@ -160,7 +160,7 @@ def chain_inverse_bands(
     return (inverse_masses + previous) / lengths**2, -inverse_masses[:-1] / (lengths[:-1] * lengths[1:])
 
 
-def _tridiagonal_times(main, upper, x):
+def tridiagonal_times(main, upper, x):
     """T x for the symmetric tridiagonal T with diagonal `main` and off-diagonal `upper`, x of
     shape (n, …)."""
     rest = [(0, 0)] * (x.ndim - 1)
@@ -319,8 +319,8 @@ def _by_multipliers(q, p, g, lengths, carried):
     """v = W(g + μ ⊙ q) with p_i·v_i = 0: H μ = −(p_i·(W g)_i)_i, H_ij = W_ij (p_i·q_j), by
     `thomas_solve` (`tilted_chain_solve`; `chain_solve` with p = q, g = q × b)."""
     main, upper = chain_inverse_bands(lengths, carried)
-    y = _tridiagonal_times(main, upper, g)
+    y = tridiagonal_times(main, upper, g)
     multipliers = thomas_solve(
         upper * dot(p[1:], q[:-1]), main * dot(p, q), upper * dot(p[:-1], q[1:]), -dot(p, y)
     )
-    return y + _tridiagonal_times(main, upper, multipliers[:, None] * q)
+    return y + tridiagonal_times(main, upper, multipliers[:, None] * q)

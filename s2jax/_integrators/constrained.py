@@ -18,9 +18,10 @@ from jax import lax
 from .._block_elimination import MAX_UNROLLED_BODIES
 from .._custom_types import Array, Float
 from .._geometry import dot
-from .._inertia import cholesky_solve, gram_cholesky
+from .._inertia import Inertia, cholesky_solve, gram_cholesky
 from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
+from .._structured_solve import chain_inverse_bands, thomas_solve, tridiagonal_times
 from .._system import AbstractSystem, LagrangianSystem
 from .base import AbstractIntegrator, check_finite
 
@@ -123,11 +124,20 @@ class StormerVerlet(_AbstractEmbedded):
         return _finish(x_next, v_next, potential_next, slack)
 
 
+class ChainInverse(eqx.Module):
+    """W = M⁻¹ of a chain, tridiagonal, by its bands (`chain_inverse_bands`): RATTLE's W from
+    `MIN_CHAIN_RATTLE_BODIES` links, where every product by W and R and every solve is then O(n)."""
+
+    main: Float[Array, " n"]  # W_ii
+    upper: Float[Array, " n-1"]  # W_{i,i+1} = W_{i+1,i}
+
+
 class RattleState(eqx.Module):
     velocity: Float[Array, "n 3"]  # v_k = q̇_k in ℝ³
     potential_force: Float[Array, "n 3"]  # −∂V/∂q at the current configuration
-    inverse: Float[Array, "n n"] | Float[Array, " n"]  # W = M⁻¹ (its diagonal for a diagonal M)
-    coupling: Float[Array, "n n"] | None  # R_ij = W_ij/W_jj (None for a diagonal M: R = I)
+    # W = M⁻¹: its diagonal for a diagonal M, its bands for a chain of many links, else dense.
+    inverse: Float[Array, "n n"] | Float[Array, " n"] | ChainInverse
+    coupling: Float[Array, "n n"] | None  # R_ij = W_ij/W_jj of a dense W (else None, see `_coupled`)
     # Only for the starting point of Newton's method (no derivative flows through them):
     # With ρ_λ = W_jj λ_j/2 = z/h² and ρ_μ = W_jj μ_j/2 of a step (`Rattle`, the guess):
     rate: Float[Array, " n"]  # (ρ_λ + ρ_μ)/2 of the last step, ≈ its value at the midpoint
@@ -136,10 +146,20 @@ class RattleState(eqx.Module):
     last_dt: Float[Array, ""]
 
 
+# From this many links RATTLE solves a chain's multipliers in O(n) (`_chain_multipliers`): µs per
+# step on the chain pendulum (`benchmarks/step_speed.py`'s model), the unrolled elimination on the
+# expanded quadratics → the chain's: n = 3: 0.21 → 0.23, 4: 0.28 → 0.31, 5: 0.46 → 0.40,
+# 6: 0.67 → 0.48, 8: 1.21 → 0.62; beyond 8 links, where the Cholesky of a dense W took over,
+# n = 16: 1.51 µs (docs/performance.md, "RATTLE on chains").
+MIN_CHAIN_RATTLE_BODIES = 5
+
+
 def _weighted(matrix, x):
     """Σ_j matrix_ij x_j for x of shape (n, 3) or (n,); `matrix` given by its diagonal (n,) for
-    a diagonal one. Elementwise for few bodies (a tiny `dot` is a kernel of its own on XLA's
-    CPU backend)."""
+    a diagonal one, by its bands for a chain's W (`ChainInverse`). Elementwise for few bodies (a
+    tiny `dot` is a kernel of its own on XLA's CPU backend)."""
+    if isinstance(matrix, ChainInverse):
+        return tridiagonal_times(matrix.main, matrix.upper, x)
     if matrix.ndim == 1:
         return matrix.reshape(matrix.shape + (1,) * (x.ndim - 1)) * x
     if matrix.shape[0] > MAX_UNROLLED_BODIES:
@@ -182,11 +202,15 @@ def _solve_small(matrix, rhs):
     return jnp.stack(solution)
 
 
-def _inverse_inertia(inertia, diagonal):
-    """(W, R): W = M⁻¹ and R = W diag(W)⁻¹ (R_ij = W_ij/W_jj); (1/M_ii, None) if `diagonal`."""
-    if diagonal:
-        return 1.0 / jnp.diagonal(inertia), None
+def _inverse_inertia(structured: Inertia):
+    """(W, R): W = M⁻¹ and R = W diag(W)⁻¹ (R_ij = W_ij/W_jj); (1/M_ii, None) for a diagonal M,
+    (`ChainInverse`, None) for a chain of at least `MIN_CHAIN_RATTLE_BODIES` links."""
+    inertia = structured.matrix
     n = inertia.shape[0]
+    if structured.structure == "diagonal":
+        return 1.0 / jnp.diagonal(inertia), None
+    if structured.structure == "chain" and n >= MIN_CHAIN_RATTLE_BODIES:
+        return ChainInverse(*chain_inverse_bands(*structured.chain)), None
     if n <= 2:
         eye = jnp.eye(n, dtype=inertia.dtype)
         inverse = jnp.stack([_solve_small(inertia, column) for column in eye], axis=1)
@@ -195,15 +219,27 @@ def _inverse_inertia(inertia, diagonal):
     return inverse, inverse / jnp.diagonal(inverse)[None, :]
 
 
-def _coupled(coupling, x):
-    """Σ_j R_ij x_j (x itself for R = I, `coupling` None)."""
+def _coupled(inverse, coupling, x):
+    """Σ_j R_ij x_j: x itself for R = I (a diagonal M), W (x_j/W_jj)_j for a chain's W."""
+    if isinstance(inverse, ChainInverse):
+        return _weighted(inverse, x / inverse.main.reshape((-1,) + (1,) * (x.ndim - 1)))
     return x if coupling is None else _weighted(coupling, x)
 
 
+def _chain_gram(inverse, x, y):
+    """The bands (lower, main, upper) of R ∘ (x_i·y_j) for a chain's W (`ChainInverse`): R_ij =
+    W_ij/W_jj is tridiagonal, with R_ii = 1."""
+    off = inverse.upper
+    return off / inverse.main[:-1] * dot(x[1:], y[:-1]), dot(x, y), off / inverse.main[1:] * dot(x[:-1], y[1:])
+
+
 def _normal_solve(inverse, coupling, x, rhs):
-    """ν with Σ_j R_ij (x_i·x_j) ν_j = rhs_i: rhs_i/|x_i|² for R = I; beyond `MAX_UNROLLED_BODIES`
-    bodies by Cholesky, R ∘ Gram being S diag(W)⁻¹ with S = W ∘ Gram symmetric positive definite,
-    so ν = diag(W) S⁻¹ rhs (`_inertia.gram_cholesky`; n³/6 flops against an LU's n³·2/3)."""
+    """ν with Σ_j R_ij (x_i·x_j) ν_j = rhs_i: rhs_i/|x_i|² for R = I; for a chain's W by one
+    `thomas_solve` (R ∘ Gram is tridiagonal); beyond `MAX_UNROLLED_BODIES` bodies by Cholesky,
+    R ∘ Gram being S diag(W)⁻¹ with S = W ∘ Gram symmetric positive definite, so
+    ν = diag(W) S⁻¹ rhs (`_inertia.gram_cholesky`; n³/6 flops against an LU's n³·2/3)."""
+    if isinstance(inverse, ChainInverse):
+        return thomas_solve(*_chain_gram(inverse, x, x), rhs)
     if coupling is None:
         return rhs / dot(x, x)
     if x.shape[0] > MAX_UNROLLED_BODIES:
@@ -239,6 +275,25 @@ def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, un
         residual, guess, **newton.options, unrolled=unrolled, approximate_inverse=approximate_inverse,
         jacobian_solve=jacobian_solve,
     )
+
+
+def _chain_multipliers(inverse, x, displacement, guess, newton, unrolled):
+    """z of a chain's M (from `MIN_CHAIN_RATTLE_BODIES` links) by Newton's method in O(n) an iteration.
+
+    φ_i(z) = (|x_i|² − 1) + 2 x_i·e_i + |e_i|² from e = d − R (z ⊙ x) (products by the
+    tridiagonal W), and the Jacobian ∂φ_i/∂z_k = −2 R_ik x_{i,n+1}·x_k is tridiagonal: each
+    iteration is one `thomas_solve`. Without pivoting, as `_solve_small`: the matrix is
+    −2 (W ∘ Gram(x)) diag(W)⁻¹ up to O(h |v|), whose leading minors have one sign."""
+
+    def residual(z):
+        e = displacement(z)
+        return (dot(x, x) - 1.0) + 2.0 * dot(x, e) + dot(e, e)
+
+    def jacobian_solve(z, r):
+        lower, main, upper = _chain_gram(inverse, x + displacement(z), x)
+        return thomas_solve(-2.0 * lower, -2.0 * main, -2.0 * upper, r)
+
+    return newton_root(residual, guess, **newton.options, unrolled=unrolled, jacobian_solve=jacobian_solve)
 
 
 def _diagonal_multipliers(x, d):
@@ -298,7 +353,10 @@ class Rattle(_AbstractEmbedded):
     (measured on the chain pendulum, with and without an LU from n = 3: see docs/performance.md,
     "RATTLE's solves"); beyond that the expansion's n³ coefficients are not formed: chord
     iterations evaluate φ in O(n²) and solve with −2 R ∘ Gram(x_n), factorised once a step by
-    Cholesky (`_many_body_multipliers`), and μ's system by Cholesky too (`_normal_solve`). Where M is
+    Cholesky (`_many_body_multipliers`), and μ's system by Cholesky too (`_normal_solve`). For a
+    chain's M (from `MIN_CHAIN_RATTLE_BODIES` links) W is tridiagonal (`chain_inverse_bands`), and
+    so are R ∘ Gram and the Jacobian: Newton's iterations and μ's solve are O(n), one
+    `thomas_solve` each (`_chain_multipliers`). Where M is
     diagonal (R = I; known before compiling, `LagrangianSystem.inertia_structure == "diagonal"`,
     which `simulate` sets from concrete params) the quadratics decouple into 004's one per body,
     solved in closed form (`_diagonal_multipliers`), O(n) per step.
@@ -324,8 +382,7 @@ class Rattle(_AbstractEmbedded):
         q, omega = y0
         v = jnp.cross(omega, q)
         potential_force = -system.potential_gradient(q, args)
-        inertia = system.structured_inertia(q, args)
-        inverse, coupling = _inverse_inertia(inertia.matrix, inertia.structure == "diagonal")
+        inverse, coupling = _inverse_inertia(system.structured_inertia(q, args))
         force = system.generalized_force(t0, q, omega, args, potential_force)
         # The multipliers of the continuous motion, d²|q_i|²/dt² = 0:
         # Σ_j W_ij λ_j (q_i·q_j) = q_i·(W F)_i + |v_i|², in the unknowns W_jj λ_j/2.
@@ -350,9 +407,14 @@ class Rattle(_AbstractEmbedded):
         d = dt * state.velocity + 0.5 * dt**2 * _weighted(inverse, force)
 
         def displacement(z):
-            return d - _coupled(coupling, z[:, None] * x)
+            return d - _coupled(inverse, coupling, z[:, None] * x)
 
-        if coupling is None:
+        if isinstance(inverse, ChainInverse):
+            z, _, converged = _chain_multipliers(
+                inverse, x, displacement, dt**2 * _rate_guess(state, dt), self.newton, self.unrolled
+            )
+            result = RESULTS.where(converged, RESULTS.successful, RESULTS.newton_failed)
+        elif coupling is None:
             z, solvable = _diagonal_multipliers(x, d)
             result = RESULTS.where(solvable, RESULTS.successful, RESULTS.step_too_large)
         elif x.shape[0] > MAX_UNROLLED_BODIES:
@@ -390,7 +452,7 @@ class Rattle(_AbstractEmbedded):
         inverse_dt = 1.0 / dt
         u = e * inverse_dt + 0.5 * dt * _weighted(inverse, force_next)
         nu = _normal_solve(inverse, coupling, x_next, dot(x_next, u))
-        v_next = u - _coupled(coupling, nu[:, None] * x_next)
+        v_next = u - _coupled(inverse, coupling, nu[:, None] * x_next)
         # What `_rate_guess` extrapolates: the symmetric mean of the two multipliers' rates, its
         # slope between midpoints (kept where they are too close for a difference quotient, as
         # at the start), and their difference over h.
