@@ -212,7 +212,8 @@ def _summary(run):
     rates = ", ".join(f"{name} {row['msteps_per_s']:.3g}" for name, row in run["methods"].items())
     return (
         f"{rates} M steps/s; VI/baseline {run['vi_over_baseline']:.2f}, "
-        f"RungeKutta4/baseline {run['rungekutta4_over_baseline']:.2f}, Rattle/baseline {run['rattle_over_baseline']:.2f}"
+        f"RungeKutta4/baseline {run['rungekutta4_over_baseline']:.2f}, "
+        f"Rattle/baseline {run['rattle_over_baseline']:.2f}"
     )
 
 
