@@ -125,11 +125,19 @@ class StormerVerlet(_AbstractEmbedded):
 
 
 class ChainInverse(eqx.Module):
-    """W = M⁻¹ of a chain, tridiagonal, by its bands (`chain_inverse_bands`): RATTLE's W from
-    `MIN_CHAIN_RATTLE_BODIES` links, where every product by W and R and every solve is then O(n)."""
+    """W = M⁻¹ of a chain, tridiagonal, by its bands (`chain_inverse_bands`), and R = W diag(W)⁻¹'s:
+    RATTLE's W from `MIN_CHAIN_RATTLE_BODIES` links, where every product by W and R and every solve
+    is then O(n)."""
 
     main: Float[Array, " n"]  # W_ii
     upper: Float[Array, " n-1"]  # W_{i,i+1} = W_{i+1,i}
+    below: Float[Array, " n-1"]  # R_{i+1,i} = W_{i+1,i}/W_ii (R_ii = 1)
+    above: Float[Array, " n-1"]  # R_{i,i+1} = W_{i,i+1}/W_{i+1,i+1}
+
+    @classmethod
+    def of(cls, lengths, carried):
+        main, upper = chain_inverse_bands(lengths, carried)
+        return cls(main, upper, upper / main[:-1], upper / main[1:])
 
 
 class RattleState(eqx.Module):
@@ -210,7 +218,7 @@ def _inverse_inertia(structured: Inertia):
     if structured.structure == "diagonal":
         return 1.0 / jnp.diagonal(inertia), None
     if structured.structure == "chain" and n >= MIN_CHAIN_RATTLE_BODIES:
-        return ChainInverse(*chain_inverse_bands(*structured.chain)), None
+        return ChainInverse.of(*structured.chain), None
     if n <= 2:
         eye = jnp.eye(n, dtype=inertia.dtype)
         inverse = jnp.stack([_solve_small(inertia, column) for column in eye], axis=1)
@@ -222,15 +230,18 @@ def _inverse_inertia(structured: Inertia):
 def _coupled(inverse, coupling, x):
     """Σ_j R_ij x_j: x itself for R = I (a diagonal M), W (x_j/W_jj)_j for a chain's W."""
     if isinstance(inverse, ChainInverse):
-        return _weighted(inverse, x / inverse.main.reshape((-1,) + (1,) * (x.ndim - 1)))
+        rest = [(0, 0)] * (x.ndim - 1)
+        shape = (-1,) + (1,) * (x.ndim - 1)
+        above = jnp.pad(inverse.above.reshape(shape) * x[1:], [(0, 1)] + rest)  # R_{i,i+1} x_{i+1}
+        below = jnp.pad(inverse.below.reshape(shape) * x[:-1], [(1, 0)] + rest)  # R_{i,i−1} x_{i−1}
+        return x + above + below
     return x if coupling is None else _weighted(coupling, x)
 
 
 def _chain_gram(inverse, x, y):
     """The bands (lower, main, upper) of R ∘ (x_i·y_j) for a chain's W (`ChainInverse`): R_ij =
     W_ij/W_jj is tridiagonal, with R_ii = 1."""
-    off = inverse.upper
-    return off / inverse.main[:-1] * dot(x[1:], y[:-1]), dot(x, y), off / inverse.main[1:] * dot(x[:-1], y[1:])
+    return inverse.below * dot(x[1:], y[:-1]), dot(x, y), inverse.above * dot(x[:-1], y[1:])
 
 
 def _normal_solve(inverse, coupling, x, rhs):
