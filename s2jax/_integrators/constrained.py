@@ -155,10 +155,10 @@ class RattleState(eqx.Module):
 
 
 # From this many links RATTLE solves a chain's multipliers in O(n) (`_chain_multipliers`): µs per
-# step on the chain pendulum (`benchmarks/step_speed.py`'s model), the unrolled elimination on the
-# expanded quadratics → the chain's: n = 3: 0.21 → 0.23, 4: 0.28 → 0.31, 5: 0.46 → 0.40,
-# 6: 0.67 → 0.48, 8: 1.21 → 0.62; beyond 8 links, where the Cholesky of a dense W took over,
-# n = 16: 1.51 µs (docs/performance.md, "RATTLE on chains").
+# step on the chain pendulum (`benchmarks/step_speed.py`'s model, ad-hoc runs), the unrolled
+# elimination on the expanded quadratics → the chain's: n = 3: 0.21 → 0.21, 4: 0.28 → 0.29,
+# 5: 0.46 → 0.37, 8: 1.21 → 0.51; beyond 8 links, where a dense W's Cholesky chord took over,
+# n = 16: 12 → 1.15 (docs/performance.md, "RATTLE on chains").
 MIN_CHAIN_RATTLE_BODIES = 5
 
 
