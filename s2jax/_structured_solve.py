@@ -23,6 +23,12 @@ MIN_CHAIN_BODIES = 3
 # prefix sums and the sweeps as `lax.scan`s: see docs/performance.md, "Chain solves").
 _ELEMENTWISE_BODIES = 8
 _UNROLLED_LINKS = 8
+# Up to this many links `inertia_times` is a plain `inertia @ x`, beyond by prefix sums: XLA's
+# CPU cumulative sums cost more than the n² products of a small M (chain pendulum, µs per step,
+# prefix sums → `inertia @ x`: n = 12, VI 2.4 → 1.3–1.6, RK4 2.9–3.0 → 2.1–2.5; n = 16, VI
+# 3.6–3.9 → 1.8–1.9, RK4 3.5–4.3 → 2.1–2.4; n = 20–24 about the same, n = 48–64 slower:
+# docs/performance.md, "Chain solves").
+_DENSE_PRODUCT_BODIES = 16
 # Up to this many links `tilted_chain_solve` (the VI's Newton step) solves by multipliers, beyond
 # by the articulated-body recursion: in the VI's step, chain pendulum, the multiplier form took
 # 0.66 / 0.76 / 1.01 / 0.97 × the recursion's time at n = 4 / 8 / 16 / 24 and 1.22–1.29 × at
@@ -96,8 +102,8 @@ def is_chain(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
 def inertia_times(
     inertia: Float[Array, "n n"], x: Float[Array, "n 3"], chain: tuple[Float[Array, " n"], Float[Array, " n"]] | None
 ) -> Float[Array, "n 3"]:
-    """M x: elementwise up to 8 bodies, in O(n) for a chain (`chain` = (l, c) of
-    `SystemArgs.chain`), else `inertia @ x`.
+    """M x: elementwise up to 8 bodies, `inertia @ x` up to `_DENSE_PRODUCT_BODIES` and for any M
+    not a chain's, in O(n) for a longer chain (`chain` = (l, c) of `SystemArgs.chain`).
 
     For M_ij = c_{max(i,j)} l_i l_j, (M x)_i = l_i (c_i S_i + T_i) with the prefix sums
     S_i = Σ_{j≤i} l_j x_j and the suffix sums T_i = Σ_{j>i} c_j l_j x_j.
@@ -106,7 +112,7 @@ def inertia_times(
         # Σ_j M_ij x_j as elementwise products and sums, which XLA fuses with their neighbours
         # (a dot of 2 × 2 by 2 × 3 is a kernel call of its own on CPU).
         return sum(inertia[:, j, None] * x[None, j] for j in range(x.shape[0]))
-    if chain is None or x.shape[0] < MIN_CHAIN_BODIES:
+    if chain is None or x.shape[0] <= _DENSE_PRODUCT_BODIES:
         return inertia @ x
     lengths, carried = chain
     weighted = lengths[:, None] * x
