@@ -24,11 +24,11 @@ MIN_CHAIN_BODIES = 3
 _ELEMENTWISE_BODIES = 8
 _UNROLLED_LINKS = 8
 # Up to this many links `inertia_times` is a plain `inertia @ x`, beyond by prefix sums: XLA's
-# CPU cumulative sums cost more than the n² products of a small M (chain pendulum, µs per step,
-# prefix sums → `inertia @ x`: n = 12, VI 2.4 → 1.3–1.6, RK4 2.9–3.0 → 2.1–2.5; n = 16, VI
-# 3.6–3.9 → 1.8–1.9, RK4 3.5–4.3 → 2.1–2.4; n = 20–24 about the same, n = 48–64 slower:
-# docs/performance.md, "Chain solves").
-_DENSE_PRODUCT_BODIES = 16
+# CPU cumulative sums cost more than the n² products of a small M. Chain pendulum, µs per step,
+# prefix sums → `inertia @ x` (`benchmarks/compare_revisions.py`, one process): n = 10, VI 2.09 →
+# 1.51, RK4 2.50 → 1.88; 12, 2.56 → 1.60, 3.00 → 1.93; 16, 3.99 → 2.17, 6.38 → 3.46; 20, 3.8 → 2.9,
+# 4.0 → 4.0; 24, 5.0–5.2 → 4.0–4.1 but RK4 4.6–5.2 → 5.2–5.8 (docs/performance.md, "Chain solves").
+_DENSE_PRODUCT_BODIES = 20
 # Up to this many links `tilted_chain_solve` (the VI's Newton step) solves by multipliers, beyond
 # by the articulated-body recursion: in the VI's step, chain pendulum, the multiplier form took
 # 0.66 / 0.76 / 1.01 / 0.97 × the recursion's time at n = 4 / 8 / 16 / 24 and 1.22–1.29 × at
