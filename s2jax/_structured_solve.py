@@ -23,15 +23,16 @@ MIN_CHAIN_BODIES = 3
 # prefix sums and the sweeps as `lax.scan`s: see docs/performance.md, "Chain solves").
 _ELEMENTWISE_BODIES = 8
 _UNROLLED_LINKS = 8
-# Up to this many links a chain's M x is written out elementwise too, beyond by prefix sums: XLA
-# CPU's cumulative sums cost more than the n² products of a small M. Chain pendulum, µs per step,
-# prefix sums → elementwise (`benchmarks/compare_revisions.py`, one process; `inertia @ x` in
-# brackets, a little faster alone but 0.6–0.7× the batch's throughput below): n = 12, VI 2.56 →
-# 1.68 (1.59), RK4 3.00 → 2.15 (1.93); 16, VI 3.99 → 2.27 (2.04), RK4 6.38 → 3.17 (2.61); 20, VI
-# 3.8 → 3.4 (3.5), RK4 4.0 → 4.5 (4.1); 1024 16-link chains (`benchmarks/chain_batch.py`, one
-# device), VI 0.38 → 0.48 (0.27) M steps/s, RK4 0.43 → 0.45 (0.26) (docs/performance.md, "Chain
-# solves").
-_ELEMENTWISE_LINKS = 20
+# Up to this many links `inertia_times` is a plain `inertia @ x`, beyond by prefix sums: XLA CPU's
+# cumulative sums cost more than the n² products of a small M, at run and compile time. Chain
+# pendulum, µs per step, prefix sums → `inertia @ x` (`benchmarks/compare_revisions.py`, one
+# process): n = 12, VI 2.56 → 1.60, RK4 3.00 → 1.93; 16, 3.99 → 2.17, 6.38 → 3.46; 20, 3.8 → 2.9,
+# 4.0 → 4.0 (at 24 RK4 lost: 4.6–5.2 → 5.2–5.8). Compiling `simulate` and its gradient at 16
+# links: VI 7.5–7.9 → 4.3–5.2 s, RK4 18.5 → 8.6 s. Vmapped over 1024 16-link chains on one host
+# device the VI runs at 0.27 M steps/s against 0.40 with prefix sums (`Rattle` 0.88: for batches
+# take it). Written out elementwise, 2.27 / 3.17 µs, 0.48 M steps/s, but 8.5 / 21 s to compile
+# (docs/performance.md, "Chain solves").
+_DENSE_PRODUCT_BODIES = 20
 # Up to this many links `tilted_chain_solve` (the VI's Newton step) solves by multipliers, beyond
 # by the articulated-body recursion: in the VI's step, chain pendulum, the multiplier form took
 # 0.66 / 0.76 / 1.01 / 0.97 × the recursion's time at n = 4 / 8 / 16 / 24 and 1.22–1.29 × at
@@ -105,18 +106,17 @@ def is_chain(inertia: Float[Array, "n n"]) -> jax.Array | np.bool_:
 def inertia_times(
     inertia: Float[Array, "n n"], x: Float[Array, "n 3"], chain: tuple[Float[Array, " n"], Float[Array, " n"]] | None
 ) -> Float[Array, "n 3"]:
-    """M x: elementwise up to 8 bodies and for a chain (`chain` = (l, c) of `SystemArgs.chain`) up to
-    `_ELEMENTWISE_LINKS`, in O(n) for a longer chain, else `inertia @ x`.
+    """M x: elementwise up to 8 bodies, `inertia @ x` up to `_DENSE_PRODUCT_BODIES` and for any M
+    not a chain's, in O(n) for a longer chain (`chain` = (l, c) of `SystemArgs.chain`).
 
     For M_ij = c_{max(i,j)} l_i l_j, (M x)_i = l_i (c_i S_i + T_i) with the prefix sums
     S_i = Σ_{j≤i} l_j x_j and the suffix sums T_i = Σ_{j>i} c_j l_j x_j.
     """
-    n = x.shape[0]
-    if n <= _ELEMENTWISE_BODIES or (chain is not None and n <= _ELEMENTWISE_LINKS):
+    if x.shape[0] <= _ELEMENTWISE_BODIES:
         # Σ_j M_ij x_j as elementwise products and sums, which XLA fuses with their neighbours
         # (a dot of 2 × 2 by 2 × 3 is a kernel call of its own on CPU).
-        return sum(inertia[:, j, None] * x[None, j] for j in range(n))
-    if chain is None:
+        return sum(inertia[:, j, None] * x[None, j] for j in range(x.shape[0]))
+    if chain is None or x.shape[0] <= _DENSE_PRODUCT_BODIES:
         return inertia @ x
     lengths, carried = chain
     weighted = lengths[:, None] * x
