@@ -446,7 +446,7 @@ def test_rattle_on_a_chain_solves_in_o_n_and_is_the_variational_integrator():
     chain with unequal masses and lengths (a path that took the unrolled dense elimination
     before, which `test_rattle_with_any_inertia_is_the_variational_integrator` checks) against
     the VI's own chain solver, an independent computation of the same map: trajectories,
-    |q_i| = 1 and a derivative agree to round-off."""
+    |q_i| = 1 and a derivative agree to round-off; batched members are their own runs."""
     n = 6
     assert n >= MIN_CHAIN_RATTLE_BODIES
     model = s2.models.chain_pendulum
@@ -472,6 +472,15 @@ def test_rattle_on_a_chain_solves_in_o_n_and_is_the_variational_integrator():
     np.testing.assert_allclose(
         jax.grad(loss)(1.0, Rattle()), jax.grad(loss)(1.0, s2.VariationalIntegrator()), rtol=1e-11
     )
+
+    # Under jax.vmap (the Thomas sweeps and Newton's while loop batched): each member is its own run.
+    def final(scale):
+        return run(Rattle(), scale).q[-1]
+
+    scales = jnp.array([0.5, 2.0])
+    alone = jax.jit(final)
+    for member, scale in zip(jax.vmap(final)(scales), scales):
+        np.testing.assert_allclose(member, alone(scale), rtol=0, atol=1e-14)
 
 
 @pytest.mark.slow
