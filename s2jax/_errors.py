@@ -80,9 +80,23 @@ _STEP_TOO_LARGE = {
 }
 
 
+# The implicit equations whose Newton iterations failed (`RESULTS.newton_failed`), where the
+# generic message's "for VariationalIntegrator, (3.16)" would name the wrong ones.
+_NEWTON_FAILED = {
+    "VariationalIntegrator": "the Cayley equation (3.16) of Lee–Leok–McClamroch 2009",
+    "Rattle": "RATTLE's position constraints |q_{i,k+1}|² = 1 in its n multipliers",
+}
+
+
 def _reason(code, integrator) -> str:
-    """The message of `code`; for `step_too_large`, the condition of `integrator` (a class name)."""
-    if code != RESULTS.step_too_large._value or integrator is None:
+    """The message of `code`; for `step_too_large` and `newton_failed`, said of `integrator` (a
+    class name): its own condition, its own equations."""
+    if integrator is None:
+        return RESULTS._index_to_message[int(code)]
+    if code == RESULTS.newton_failed._value:
+        equations = _NEWTON_FAILED.get(integrator, "its implicit step equations")
+        return f"Newton's method did not solve {equations} for a {integrator} step within its iteration cap; try a smaller step"
+    if code != RESULTS.step_too_large._value:
         return RESULTS._index_to_message[int(code)]
     condition = _STEP_TOO_LARGE.get(integrator, "its step equations have no solution at this step size")
     return f"the step is too large for {integrator}: {condition}; try a smaller step"

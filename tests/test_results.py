@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
+from s2jax._errors import failure_message
 from s2jax._results import _results_repr
 
 MASS, LENGTH, GRAVITY = 1.5, 2.0, 9.81
@@ -116,3 +117,15 @@ def test_summary_of_a_batch_names_the_failed_member():
     step = int(sol.failed_step[1])
     assert re.search(rf"RESULTS\.{failed} \(first failed step {step} → {step + 1};", line)
     assert "[0] RESULTS.successful" in text
+
+
+def test_a_newton_failure_names_the_integrators_own_equations():
+    """`RESULTS.newton_failed`'s generic message speaks of the VI's (3.16); the error `simulate`
+    raises names the equations of the integrator that ran: RATTLE's constraints for `Rattle`."""
+    dsp = s2.models.double_spherical_pendulum
+    with pytest.raises(s2.SimulationError, match=r"RATTLE's position constraints .* for a Rattle step") as raised:
+        s2.simulate(dsp.lagrangian, *dsp.paper_state(), dsp.paper_params(), dt=0.01, num_steps=3,
+                    integrator=s2.Rattle(newton=s2.NewtonSettings(max_steps=1)))
+    assert "(3.16)" not in str(raised.value)
+    vi = failure_message(s2.RESULTS.newton_failed._value, 0, 0.01, integrator="VariationalIntegrator")
+    assert "the Cayley equation (3.16)" in vi and "for a VariationalIntegrator step" in vi
