@@ -95,7 +95,10 @@ def _reason(code, integrator) -> str:
         return RESULTS._index_to_message[int(code)]
     if code == RESULTS.newton_failed._value:
         equations = _NEWTON_FAILED.get(integrator, "its implicit step equations")
-        return f"Newton's method did not solve {equations} for a {integrator} step within its iteration cap; try a smaller step"
+        return (
+            f"Newton's method did not solve {equations} for a {integrator} step within its iteration cap; "
+            "try a smaller step"
+        )
     if code != RESULTS.step_too_large._value:
         return RESULTS._index_to_message[int(code)]
     condition = _STEP_TOO_LARGE.get(integrator, "its step equations have no solution at this step size")
