@@ -170,14 +170,14 @@ def chain_inverse_bands(
     return (inverse_masses + previous) / lengths**2, -inverse_masses[:-1] / (lengths[:-1] * lengths[1:])
 
 
-def tridiagonal_times(main, upper, x):
-    """T x for the symmetric tridiagonal T with diagonal `main` and off-diagonal `upper`, x of
-    shape (n, …)."""
+def tridiagonal_times(lower, main, upper, x):
+    """T x for the tridiagonal T with T_{i+1,i} = `lower`_i, T_ii = `main`_i, T_{i,i+1} = `upper`_i
+    (the bands as `thomas_solve` takes them), x of shape (n, …)."""
     rest = [(0, 0)] * (x.ndim - 1)
-    off = upper.reshape((-1,) + (1,) * (x.ndim - 1))
-    above = jnp.pad(off * x[1:], [(0, 1)] + rest)  # T_{i,i+1} x_{i+1}; none in row n − 1
-    below = jnp.pad(off * x[:-1], [(1, 0)] + rest)  # T_{i,i−1} x_{i−1}; none in row 0
-    return main.reshape((-1,) + (1,) * (x.ndim - 1)) * x + above + below
+    shape = (-1,) + (1,) * (x.ndim - 1)
+    above = jnp.pad(upper.reshape(shape) * x[1:], [(0, 1)] + rest)  # T_{i,i+1} x_{i+1}; none in row n − 1
+    below = jnp.pad(lower.reshape(shape) * x[:-1], [(1, 0)] + rest)  # T_{i,i−1} x_{i−1}; none in row 0
+    return main.reshape(shape) * x + above + below
 
 
 def _sweep(body, carry, rows, reverse=False):
@@ -329,8 +329,8 @@ def _by_multipliers(q, p, g, lengths, carried):
     """v = W(g + μ ⊙ q) with p_i·v_i = 0: H μ = −(p_i·(W g)_i)_i, H_ij = W_ij (p_i·q_j), by
     `thomas_solve` (`tilted_chain_solve`; `chain_solve` with p = q, g = q × b)."""
     main, upper = chain_inverse_bands(lengths, carried)
-    y = tridiagonal_times(main, upper, g)
+    y = tridiagonal_times(upper, main, upper, g)
     multipliers = thomas_solve(
         upper * dot(p[1:], q[:-1]), main * dot(p, q), upper * dot(p[:-1], q[1:]), -dot(p, y)
     )
-    return y + tridiagonal_times(main, upper, multipliers[:, None] * q)
+    return y + tridiagonal_times(upper, main, upper, multipliers[:, None] * q)

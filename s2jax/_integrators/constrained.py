@@ -167,7 +167,7 @@ def _weighted(matrix, x):
     a diagonal one, by its bands for a chain's W (`ChainInverse`). Elementwise for few bodies (a
     tiny `dot` is a kernel of its own on XLA's CPU backend)."""
     if isinstance(matrix, ChainInverse):
-        return tridiagonal_times(matrix.main, matrix.upper, x)
+        return tridiagonal_times(matrix.upper, matrix.main, matrix.upper, x)
     if matrix.ndim == 1:
         return matrix.reshape(matrix.shape + (1,) * (x.ndim - 1)) * x
     if matrix.shape[0] > MAX_UNROLLED_BODIES:
@@ -228,13 +228,9 @@ def _inverse_inertia(structured: Inertia):
 
 
 def _coupled(inverse, coupling, x):
-    """Σ_j R_ij x_j: x itself for R = I (a diagonal M), W (x_j/W_jj)_j for a chain's W."""
-    if isinstance(inverse, ChainInverse):
-        rest = [(0, 0)] * (x.ndim - 1)
-        shape = (-1,) + (1,) * (x.ndim - 1)
-        above = jnp.pad(inverse.above.reshape(shape) * x[1:], [(0, 1)] + rest)  # R_{i,i+1} x_{i+1}
-        below = jnp.pad(inverse.below.reshape(shape) * x[:-1], [(1, 0)] + rest)  # R_{i,i−1} x_{i−1}
-        return x + above + below
+    """Σ_j R_ij x_j: x itself for R = I (a diagonal M), by R's bands for a chain's W."""
+    if isinstance(inverse, ChainInverse):  # R_ii = 1
+        return tridiagonal_times(inverse.below, jnp.ones_like(inverse.main), inverse.above, x)
     return x if coupling is None else _weighted(coupling, x)
 
 
@@ -258,6 +254,17 @@ def _normal_solve(inverse, coupling, x, rhs):
     return _solve_small(coupling * dot(x[:, None], x[None]), rhs)
 
 
+def _position_residual(x, displacement):
+    """φ(z)_i = (|x_i|² − 1) + 2 x_i·e_i + |e_i|² with e = displacement(z): |x_i + e_i|² − 1, written
+    so as to avoid cancellation (the iterations of `_many_body_multipliers`, `_chain_multipliers`)."""
+
+    def residual(z):
+        e = displacement(z)
+        return (dot(x, x) - 1.0) + 2.0 * dot(x, e) + dot(e, e)
+
+    return residual
+
+
 def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, unrolled):
     """z of a coupled M with more than `MAX_UNROLLED_BODIES` bodies, by chord iterations.
 
@@ -268,11 +275,6 @@ def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, un
     factorised once by Cholesky, contracts by O(h |v|) per iteration. The derivative is the exact
     root's (`newton_root`), solved with the true Jacobian.
     """
-
-    def residual(z):
-        e = displacement(z)
-        return (dot(x, x) - 1.0) + 2.0 * dot(x, e) + dot(e, e)
-
     factor = gram_cholesky(*lax.stop_gradient((inverse, x)))
     scale = lax.stop_gradient(jnp.diagonal(inverse))
 
@@ -283,8 +285,8 @@ def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, un
         return jnp.linalg.solve(-2.0 * coupling * ((x + displacement(z)) @ x.T), r)
 
     return newton_root(
-        residual, guess, **newton.options, unrolled=unrolled, approximate_inverse=approximate_inverse,
-        jacobian_solve=jacobian_solve,
+        _position_residual(x, displacement), guess, **newton.options, unrolled=unrolled,
+        approximate_inverse=approximate_inverse, jacobian_solve=jacobian_solve,
     )
 
 
@@ -296,15 +298,13 @@ def _chain_multipliers(inverse, x, displacement, guess, newton, unrolled):
     iteration is one `thomas_solve`. Without pivoting, as `_solve_small`: the matrix is
     −2 (W ∘ Gram(x)) diag(W)⁻¹ up to O(h |v|), whose leading minors have one sign."""
 
-    def residual(z):
-        e = displacement(z)
-        return (dot(x, x) - 1.0) + 2.0 * dot(x, e) + dot(e, e)
-
     def jacobian_solve(z, r):
         lower, main, upper = _chain_gram(inverse, x + displacement(z), x)
         return thomas_solve(-2.0 * lower, -2.0 * main, -2.0 * upper, r)
 
-    return newton_root(residual, guess, **newton.options, unrolled=unrolled, jacobian_solve=jacobian_solve)
+    return newton_root(
+        _position_residual(x, displacement), guess, **newton.options, unrolled=unrolled, jacobian_solve=jacobian_solve
+    )
 
 
 def _diagonal_multipliers(x, d):
