@@ -52,7 +52,13 @@ def _loss(model, integrator, dt, kind, adjoint, params, delta_omega=None):
 
 
 def _float_params(model):
-    return {k: (jnp.asarray(v) if isinstance(v, (float, np.ndarray)) else v) for k, v in model.paper_params().items()}
+    """The paper's params as float64 arrays, strongly typed: a difference `value ± eps d` then has
+    the type of `value`, and the runs of a finite difference share one compiled program (a weakly
+    typed `jnp.asarray(9.81)` and a strong perturbation of it were two)."""
+    return {
+        k: (jnp.asarray(v, dtype=float) if isinstance(v, (float, np.ndarray)) else v)
+        for k, v in model.paper_params().items()
+    }
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -214,6 +220,7 @@ def test_default_adjoint_under_vmap():
         np.testing.assert_allclose(batched[i], alone, rtol=1e-9)
 
 
+@functools.cache
 def _root_cases():
     """(loss(params, adjoint), params) on each path of Newton's method in the steps: two bodies
     (`two_body_newton`), a chain (`_displacement_newton`), a dense M (chord iterations), and a
@@ -239,6 +246,14 @@ def _root_cases():
     }
 
 
+@functools.cache
+def _traced_gradient(name, adjoint):
+    """`jax.jit(jax.grad(loss))` of a `_root_cases` case traced at its params, once per module
+    and worker: the two tests below read its jaxpr and compile it (each traced it anew, ~2 s)."""
+    loss, params = _root_cases()[name]
+    return jax.jit(jax.grad(functools.partial(loss, adjoint=adjoint))).trace(params)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["two_bodies", "chain", "dense", "damped"])
 def test_checkpointed_adjoint_skips_the_newton_iterations_when_recomputing(name):
@@ -248,7 +263,7 @@ def test_checkpointed_adjoint_skips_the_newton_iterations_when_recomputing(name)
     loss, params = _root_cases()[name]
 
     def newton_loops(adjoint):
-        return str(jax.make_jaxpr(jax.grad(functools.partial(loss, adjoint=adjoint)))(params)).count("while[")
+        return str(_traced_gradient(name, adjoint).jaxpr).count("while[")
 
     forward = str(jax.make_jaxpr(functools.partial(loss, adjoint=s2.DirectAdjoint()))(params)).count("while[")
     assert forward >= 1
@@ -262,9 +277,9 @@ def test_checkpointed_adjoint_skips_the_newton_iterations_when_recomputing(name)
 def test_checkpointed_adjoint_with_saved_roots_agrees(name):
     """The gradient at the stored roots is the gradient through recomputed ones, to round-off
     (`DirectAdjoint` against `CheckpointedAdjoint`: `test_adjoints_agree`)."""
-    loss, params = _root_cases()[name]
+    _, params = _root_cases()[name]
     saved, recomputed = (
-        jax.jit(jax.grad(functools.partial(loss, adjoint=adjoint)))(params)
+        _traced_gradient(name, adjoint).lower().compile()(params)
         for adjoint in (s2.CheckpointedAdjoint(), s2.CheckpointedAdjoint(save_roots=False))
     )
     for key in params:
