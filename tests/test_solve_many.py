@@ -212,11 +212,10 @@ def test_under_grad():
         )
 
     solver = s2.control.ILQR(rtol=1e-15)
-    # Both under `jax.jit`: one program for the batch's gradient, and one for both members' (the
-    # state an argument). Eagerly, each gradient compiled its solve's programs twice (forward and
-    # derivative), and a closure per member compiled them once per member: 29 s → 21 s.
-    batch = jax.jit(jax.grad(lambda g: jnp.sum(s2.control.solve_many(problem(g), q0, omega0, solver=solver).cost)))
+    # The batch's gradient eagerly (`jax.grad` alone, the mode no other test of a solve takes); the
+    # members' under `jax.jit`, one program for both with the state an argument (a closure per
+    # member compiled the solve and its implicit derivative once per member).
+    total = jax.grad(lambda g: jnp.sum(s2.control.solve_many(problem(g), q0, omega0, solver=solver).cost))(9.81)
     single = jax.jit(jax.grad(lambda g, q, omega: s2.control.solve(problem(g), q, omega, solver=solver).cost))
-    total = batch(9.81)
     each = sum(single(9.81, q0[b], omega0[b]) for b in range(2))
     np.testing.assert_allclose(total, each, rtol=1e-10)
