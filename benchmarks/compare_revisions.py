@@ -8,7 +8,8 @@ this checkout's `s2jax`, so both run in the same process on the same machine sta
 are timed in alternation (before, after, before, after, …) to spread the machine's noise
 evenly, on the step_cost systems: 002 Example 1 (implicit VI, RK4) and Example 2 (explicit VI), and with
 `--chains 4,8,…` chain pendula of those link counts (`chain_pendulum.paper_state(n)`, VI, RK4,
-and Rattle); `--name` names the results file (default compare_revisions).
+and Rattle), with `--dense 16,64,…` `dense_inertia.py`'s constant dense M of those sizes (VI, RK4 and
+Rattle, saving every step and only the last); `--name` names the results file (default compare_revisions).
 Each time is the median of 15 runs of 10⁴ steps through `simulate` (the call, checks included).
 A refactoring that claims "no numerics change" is checked too: each row says whether the final
 states of the two revisions are equal bit for bit. Writes benchmarks/results/compare_revisions.json.
@@ -29,6 +30,7 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+import dense_inertia  # noqa: E402
 from _common import write  # noqa: E402
 
 import s2jax  # noqa: E402
@@ -49,16 +51,22 @@ def _import_revision(revision: str, folder: pathlib.Path):
     return importlib.import_module("s2jax_before")
 
 
-def _runner(package, model_name, integrator_name, dt, *links):
+def _problem(package, model_name, *links):
+    """(L, q0, ω0, params) of a paper model, or of `dense_inertia.model(n)` for "dense"."""
+    if model_name == "dense":
+        lagrangian, params, q0, omega0 = dense_inertia.model(*links)
+        return lagrangian, q0, omega0, params
     model = getattr(package.models, model_name)
-    q0, omega0 = model.paper_state(*links)
-    params = model.paper_params(*links)
+    return (model.lagrangian, *model.paper_state(*links), model.paper_params(*links))
+
+
+def _runner(package, model_name, integrator_name, dt, *links, save_every=NUM_STEPS):
+    lagrangian, q0, omega0, params = _problem(package, model_name, *links)
     integrator = getattr(package, integrator_name)()
 
     def run():
         return package.simulate(
-            model.lagrangian, q0, omega0, params, dt=dt, num_steps=NUM_STEPS, save_every=NUM_STEPS,
-            integrator=integrator,
+            lagrangian, q0, omega0, params, dt=dt, num_steps=NUM_STEPS, save_every=save_every, integrator=integrator,
         ).q
 
     jax.block_until_ready(run())  # compile
@@ -77,6 +85,9 @@ def main():
     parser.add_argument(
         "--chains", default="", help="also chain pendula of these link counts, e.g. 4,8,16 (VI, RK4, Rattle)"
     )
+    parser.add_argument(
+        "--dense", default="", help="also a constant dense M of these sizes, e.g. 16,64 (VI, RK4, Rattle)"
+    )
     parser.add_argument("--name", default="compare_revisions", help="the results file's name")
     args = parser.parse_args()
     cases = {
@@ -87,11 +98,18 @@ def main():
     for links in (int(n) for n in args.chains.split(",") if n):
         for integrator in ("VariationalIntegrator", "RungeKutta4", "Rattle"):
             cases[f"chain_pendulum n={links} {integrator}"] = ("chain_pendulum", integrator, 0.01, links)
+    for n in (int(n) for n in args.dense.split(",") if n):
+        for integrator in ("VariationalIntegrator", "RungeKutta4", "Rattle"):
+            for saves, every in (("every step", 1), ("the last step", NUM_STEPS)):
+                cases[f"dense n={n} {integrator} saving {saves}"] = (
+                    "dense", integrator, dense_inertia.DT, n, {"save_every": every}
+                )
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         before = _import_revision(args.before, pathlib.Path(folder))
         for label, case in cases.items():
-            runs = {"before": _runner(before, *case), "after": _runner(s2jax, *case)}
+            *case, options = case if isinstance(case[-1], dict) else (*case, {})
+            runs = {"before": _runner(before, *case, **options), "after": _runner(s2jax, *case, **options)}
             bitwise = bool(np.array_equal(np.asarray(runs["before"]()), np.asarray(runs["after"]())))
             times = {"before": [], "after": []}
             for _ in range(REPEATS):

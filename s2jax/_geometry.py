@@ -44,6 +44,18 @@ def dot(a: Float[ArrayLike, "... 3"], b: Float[ArrayLike, "... 3"]) -> Float[Arr
     return jnp.sum(jnp.asarray(a) * jnp.asarray(b), axis=-1)
 
 
+def gram(a: Float[ArrayLike, "n 3"], b: Float[ArrayLike, "m 3"]) -> Float[Array, "n m"]:
+    """The n × m matrix of inner products a_i·b_j, as the sum of three outer products.
+
+    Written so that XLA CPU fuses it with what uses it elementwise. `a @ b.T` runs as a separate
+    dot, and M⁻¹ ∘ (q @ qᵀ) before a Cholesky took 17.0 µs a factorisation at n = 64 against 9.1
+    µs in this form; `dot(a[:, None], b[None, :])` reduces a broadcast n × m × 3 product, 26 µs
+    alone (docs/performance.md, "Dense inertia").
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    return sum(a[:, c, None] * b[None, :, c] for c in range(3))
+
+
 def project_tangent(q: Float[ArrayLike, "... 3"], v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
     """The orthogonal projection of v onto T_q S², v − (q·v) q = −q × (q × v) for |q| = 1.
 

@@ -15,7 +15,7 @@ from jax import lax
 
 from ._block_elimination import block_solve
 from ._custom_types import Array, Bool, Float
-from ._geometry import dot
+from ._geometry import dot, gram
 from ._structured_solve import (
     MIN_CHAIN_BODIES,
     chain_factors,
@@ -95,9 +95,9 @@ class Inertia(eqx.Module):
         """
         n = q.shape[0]
         eye3 = jnp.eye(3, dtype=q.dtype)[None, None]
-        gram = dot(q[:, None], q[None, :])[:, :, None, None]
+        gram_q = gram(q, q)[:, :, None, None]
         outer = q[None, :, :, None] * q[:, None, None, :]  # q_j q_iᵀ
-        off = -self.matrix[:, :, None, None] * (outer - gram * eye3)
+        off = -self.matrix[:, :, None, None] * (outer - gram_q * eye3)
         diag = matrix_diagonal(self.matrix)[:, None, None, None] * eye3
         is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]
         return jnp.where(is_diag, diag, off)
@@ -175,7 +175,7 @@ def gram_cholesky(inverse: Float[Array, "n n"], q: Float[Array, "n 3"]) -> Float
     """The Cholesky factor (`cholesky`) of S = W ∘ Gram(q), W = M⁻¹: symmetric positive definite
     (a Schur product of two), the n × n matrix of every many-body solve (`tangent_solve`, and
     RATTLE's multipliers, `_integrators.constrained`)."""
-    return cholesky(inverse * (q @ q.T))
+    return cholesky(inverse * gram(q, q))
 
 
 def tangent_solve(

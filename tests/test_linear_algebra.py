@@ -5,6 +5,7 @@ import pytest
 
 import s2jax as s2
 from s2jax._block_elimination import block_solve, inverse_3x3
+from s2jax._geometry import gram
 
 
 def test_inverse_3x3():
@@ -39,6 +40,14 @@ def test_the_tangent_solve_of_many_bodies_is_the_operators_solve(n):
     dense = np.transpose(np.asarray(structured.operator(q)), (0, 2, 1, 3)).reshape(3 * n, 3 * n)
     expected = np.linalg.solve(dense, np.ravel(rhs)).reshape(n, 3)
     np.testing.assert_allclose(structured.solve(q, rhs), expected, rtol=0, atol=1e-11 * np.max(np.abs(expected)))
+
+
+def test_gram_is_the_matrix_of_inner_products():
+    """`gram` (three outer products summed, the form XLA fuses before a Cholesky) against numpy's
+    a bᵀ, for a non-square pair."""
+    a = np.asarray(jax.random.normal(jax.random.PRNGKey(4), (7, 3)))
+    b = np.asarray(jax.random.normal(jax.random.PRNGKey(5), (5, 3)))
+    np.testing.assert_allclose(gram(a, b), a @ b.T, rtol=0, atol=1e-14)
 
 
 def test_cayley_rotation_is_exact():

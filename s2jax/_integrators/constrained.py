@@ -17,7 +17,7 @@ from jax import lax
 
 from .._block_elimination import MAX_UNROLLED_BODIES
 from .._custom_types import Array, Float
-from .._geometry import dot
+from .._geometry import dot, gram
 from .._inertia import Inertia, cholesky_solve, gram_cholesky
 from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
@@ -251,7 +251,7 @@ def _normal_solve(inverse, coupling, x, rhs):
         return rhs / dot(x, x)
     if x.shape[0] > MAX_UNROLLED_BODIES:
         return jnp.diagonal(inverse) * cholesky_solve(gram_cholesky(inverse, x), rhs)
-    return _solve_small(coupling * dot(x[:, None], x[None]), rhs)
+    return _solve_small(coupling * gram(x, x), rhs)
 
 
 def _position_residual(x, displacement):
@@ -282,7 +282,7 @@ def _many_body_multipliers(inverse, coupling, x, displacement, guess, newton, un
         return -0.5 * scale * cholesky_solve(factor, r)
 
     def jacobian_solve(z, r):
-        return jnp.linalg.solve(-2.0 * coupling * ((x + displacement(z)) @ x.T), r)
+        return jnp.linalg.solve(-2.0 * coupling * gram(x + displacement(z), x), r)
 
     return newton_root(
         _position_residual(x, displacement), guess, **newton.options, unrolled=unrolled,
