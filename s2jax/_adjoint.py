@@ -132,7 +132,9 @@ class StepwiseAdjoint(AbstractAdjoint):
     step in turn, recomputing that step from its stored state (with the implicit-function
     derivative of its Newton solve). Memory ∝ number of steps × the size of a state (for n
     bodies about 15n floats per step with the `VariationalIntegrator`: 2.5 MB for 10⁴ steps of
-    the double pendulum, against 15.5 MB for `DirectAdjoint`). Time: measured, see
+    the double pendulum, against 15.5 MB for `DirectAdjoint`; n² more for a dense M of 8 or more
+    bodies (`_inertia.MIN_CHOLESKY_BODIES`), whose state carries a Cholesky factor: 4.1 MB for 10³ steps at
+    n = 16, against 31 MB). Time: measured, see
     docs/performance.md (the forward pass takes lazy steps, the backward pass full ones).
 
     The choice for gradients where `ReversibleAdjoint` does not apply: it takes any fixed-step

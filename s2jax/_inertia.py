@@ -102,8 +102,16 @@ class Inertia(eqx.Module):
         is_diag = jnp.eye(n, dtype=bool)[:, :, None, None]
         return jnp.where(is_diag, diag, off)
 
-    def solve(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
-        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13).
+    def gram_factor(self, q: Float[Array, "n 3"]) -> Float[Array, "n n"] | None:
+        """The Cholesky factor of M⁻¹ ∘ Gram(q) that `solve` uses at q (`gram_cholesky`), where it
+        uses one (a dense M of many bodies); else None."""
+        return None if self.inverse is None else gram_cholesky(self.inverse, q)
+
+    def solve(
+        self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], factor: Float[Array, "n n"] | None = None
+    ) -> Float[Array, "n 3"]:
+        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13) (`factor`: `gram_factor(q)`, if
+        already computed).
 
         The O(n) recursion of `chain_solve` for a chain (from `MIN_CHAIN_BODIES` links), the
         closed form of `two_body_solve` for two bodies (both assume |q_i| = 1: off the sphere, at
@@ -116,7 +124,7 @@ class Inertia(eqx.Module):
         if q.shape[0] == 2:
             return two_body_solve(q, rhs, self.matrix)
         if self.inverse is not None:
-            return tangent_solve(q, rhs, self.inverse)
+            return tangent_solve(q, rhs, self.inverse, factor)
         return block_solve(self.operator(q), rhs)
 
 

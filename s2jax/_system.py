@@ -203,9 +203,12 @@ class LagrangianSystem(AbstractSystem):
             return args.inertia
         return Inertia.of(self.inertia(q, args), self.inertia_structure or "dense")
 
-    def solve_operator(self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, "n 3"]:
-        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13) (`Inertia.solve`)."""
-        return self.structured_inertia(q, args).solve(q, rhs)
+    def solve_operator(
+        self, q: Float[Array, "n 3"], rhs: Float[Array, "n 3"], args: SystemArgs, factor=None
+    ) -> Float[Array, "n 3"]:
+        """ω with A(q) ω = rhs, A the operator of (2.11)/(3.13) (`Inertia.solve`; `factor`: its
+        `Inertia.gram_factor` at q, if already computed)."""
+        return self.structured_inertia(q, args).solve(q, rhs, factor)
 
     def potential(self, q: Float[Array, "n 3"], args: SystemArgs) -> Float[Array, ""]:
         """V(q) = −L(q, 0)."""

@@ -17,7 +17,7 @@ from jax import lax
 from .._block_elimination import MAX_UNROLLED_BODIES, block_factor, block_solve
 from .._custom_types import Array, Bool, Float
 from .._geometry import cayley_displacement, cayley_rotate, dot, hat
-from .._inertia import gram_cholesky, tangent_solve
+from .._inertia import tangent_solve
 from .._newton import NewtonSettings, newton_root
 from .._results import RESULTS
 from .._structured_solve import inertia_times, matrix_diagonal, tilted_chain_solve
@@ -37,6 +37,9 @@ class ImplicitState(eqx.Module):
     cayley_rate: Float[Array, "n 3"]  # f/h of the last step, ≈ ω/2 at its midpoint
     rate_slope: Float[Array, "n 3"]  # d(f/h)/dt, from the last two steps' midpoints
     last_dt: Float[Array, ""]
+    # For a dense M of many bodies (`Inertia.gram_factor`, else None): the Cholesky factor of
+    # M⁻¹ ∘ Gram(q_k), shared by the solve of (3.13) at q_k and the chord of the step from q_k.
+    gram_factor: Float[Array, "n n"] | None = None
 
 
 def _coupled(inertia, x, chain):
@@ -98,7 +101,7 @@ def _chord_solve(f0, q, inertia):
     return block_factor(cayley_jacobian(*lax.stop_gradient((f0, q, inertia))))
 
 
-def _tangent_chord(q, inverse, mass):
+def _tangent_chord(q, inverse, mass, factor):
     """The chord's approximate inverse of (3.16)'s Jacobian for a dense M of many bodies
     (`_inertia.MIN_CHOLESKY_BODIES`): the Jacobian at f = 0, O(n²) per solve after one n × n
     Cholesky (the closed-form Jacobian at f0 is 3n × 3n, whose LU costs 18n³ flops a step).
@@ -109,8 +112,7 @@ def _tangent_chord(q, inverse, mass):
     iteration (the Jacobian at f0, off the root by O(h³), contracts faster but costs the 3n LU).
     No derivative flows through it: `newton_root` differentiates the root with the true Jacobian.
     """
-    q, inverse, mass = lax.stop_gradient((q, inverse, mass))
-    factor = gram_cholesky(inverse, q)
+    q, inverse, mass, factor = lax.stop_gradient((q, inverse, mass, factor))
     half_inverse_mass = 0.5 / mass
 
     def solve(r):
@@ -261,7 +263,9 @@ class VariationalIntegrator(AbstractIntegrator):
        closed-form Jacobian (`cayley_jacobian`) at the starting point, factorised once per step
        (from `_inertia.MIN_CHOLESKY_BODIES` bodies with the Jacobian at f = 0, solved through one
        n × n Cholesky of M⁻¹ ∘ Gram(q) a step, `_tangent_chord`: O(n³/6) instead of the 3n × 3n
-       LU);
+       LU; the factor is the one the last step's solve of (3.13) used at the same q, carried in
+       the state, so a step saved every time factorises once, not twice: 100 → 84 µs a step at
+       n = 64, `benchmarks/compare_revisions.py --dense 64`);
        for a chain (M_ij = c_{max(i,j)} l_i l_j), by Newton's method on the displacements with
        an O(n) solve (`_displacement_newton`); for any two bodies, by the same Newton iterations
        in tangent-plane coordinates, four scalar unknowns (`_two_body.two_body_newton`; measured:
@@ -285,9 +289,11 @@ class VariationalIntegrator(AbstractIntegrator):
        one solve per step of a `Composition` instead of one per sub-step.
 
     The state carried between steps holds −∂V/∂q(q_k) (each evaluation serves two steps),
-    A(q_k) ω_k, and the starting point of the iterations, which does not change the solution:
-    a step with −h from (q_{k+1}, ω_{k+1}) returns (q_k, ω_k) up to the Newton tolerance, which
-    the reversible adjoint relies on (for forces that do not depend on ω).
+    A(q_k) ω_k, for a dense M of many bodies the Cholesky factor of M⁻¹ ∘ Gram(q_k) (the solve of
+    (3.13) at q_k and the next step's chord share it), and the starting point of the iterations,
+    which does not change the solution: a step with −h from (q_{k+1}, ω_{k+1}) returns (q_k, ω_k)
+    up to the Newton tolerance, which the reversible adjoint relies on (for forces that do not
+    depend on ω).
 
     **Arguments:**
 
@@ -315,7 +321,9 @@ class VariationalIntegrator(AbstractIntegrator):
         rate = 0.5 * omega
         slope = 0.5 * system.angular_acceleration(t0, q, omega, args)
         zero_dt = jnp.zeros((), rate.dtype)
-        return ImplicitState(-system.potential_gradient(q, args), momentum, rate, slope, zero_dt)
+        return ImplicitState(
+            -system.potential_gradient(q, args), momentum, rate, slope, zero_dt, inertia.gram_factor(q)
+        )
 
     def step(self, system, t0, dt, y, args, state):
         return self._step(system, t0, dt, y, args, state, velocity=True)
@@ -329,7 +337,7 @@ class VariationalIntegrator(AbstractIntegrator):
         """ω_{k+1} from (3.13), A(q_{k+1}) ω_{k+1} = the momentum carried in the state."""
         if system.force_depends_on_velocity:
             return y[1]
-        return system.solve_operator(y[0], state.momentum, args)
+        return system.solve_operator(y[0], state.momentum, args, state.gram_factor)
 
     def _step(self, system, t0, dt, y, args, state, *, velocity):
         q, omega = y
@@ -379,7 +387,7 @@ class VariationalIntegrator(AbstractIntegrator):
             if structured.inverse is None:
                 chord = _chord_solve(f0, q, inertia)
             else:
-                chord = _tangent_chord(q, structured.inverse, mass)
+                chord = _tangent_chord(q, structured.inverse, mass, state.gram_factor)
             f, _, converged = newton_root(
                 cayley_residual, f0, **self.newton.options,
                 unrolled=self.unrolled, approximate_inverse=chord,
@@ -395,6 +403,7 @@ class VariationalIntegrator(AbstractIntegrator):
         # turns one by a constant h into a product but not one by a traced h.
         inverse_dt = 1.0 / dt
         impulse = jnp.cross(q_next, structured.times(displacement)) * inverse_dt
+        factor_next = structured.gram_factor(q_next)  # None unless M is dense, of many bodies
 
         def momentum(force_next):
             return impulse + 0.5 * dt * jnp.cross(q_next, force_next)
@@ -402,7 +411,7 @@ class VariationalIntegrator(AbstractIntegrator):
         if velocity:
             omega_next, force_next, solved = forced_velocity_update(
                 system, t0 + dt, q_next, omega, args, potential_force,
-                lambda force_next: system.solve_operator(q_next, momentum(force_next), args),
+                lambda force_next: system.solve_operator(q_next, momentum(force_next), args, factor_next),
                 **self.newton.options,
             )
         else:
@@ -415,7 +424,7 @@ class VariationalIntegrator(AbstractIntegrator):
         result = check_finite(result, q_next, omega_next, momentum_next)
         rate = f * inverse_dt
         slope = jnp.where(close, state.rate_slope, (rate - state.cayley_rate) * inverse_span)
-        state = ImplicitState(potential_force, momentum_next, rate, slope, dt)
+        state = ImplicitState(potential_force, momentum_next, rate, slope, dt, factor_next)
         return (q_next, omega_next), state, result
 
 
