@@ -19,7 +19,7 @@ from ._force import AbstractForce
 from ._form_check import POSITIVE_DEFINITE_TOLERANCE, InertiaNotPositiveDefinite
 from ._geometry import dot, project_tangent
 from ._jit import evaluate_now
-from ._newton import NewtonSettings, _solve_jacobian, newton_root
+from ._newton import NewtonSettings, newton_root, solve_jacobian
 from ._system import AbstractSystem, SystemArgs
 from ._two_body import tangent_basis
 
@@ -129,7 +129,7 @@ class GeneralLagrangianSystem(AbstractSystem):
             return pinned_tangent(q, omega_dot, jnp.cross(q, rate - dldq - force))
 
         zero = jnp.zeros_like(q)
-        return _solve_jacobian(jax.jacfwd(residual)(zero), -residual(zero))
+        return solve_jacobian(jax.jacfwd(residual)(zero), -residual(zero))
 
 
 def tangent_inertia(system: GeneralLagrangianSystem, q, omega, args: SystemArgs) -> Float[Array, "2n 2n"]:

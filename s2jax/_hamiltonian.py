@@ -12,11 +12,12 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from ._affine import abstract_key, affine_root
 from ._custom_types import Array, Float, Lagrangian, Params
 from ._force import AbstractForce
 from ._general_system import pinned_tangent
 from ._geometry import dot, project_tangent
-from ._newton import NewtonSettings, newton_root
+from ._newton import NewtonSettings
 from ._system import AbstractSystem, SystemArgs
 
 Hamiltonian = Callable[[Float[Array, "n 3"], Float[Array, "n 3"], Params], Float[Array, ""]]
@@ -34,8 +35,8 @@ class HamiltonianSystem(AbstractSystem):
     - `hamiltonian`: a pure function `H(q, p, params) -> scalar`, q and p of shape (n, 3), read
       at |q_i| = 1, p_i ⊥ q_i. It must be regular: the tangent part of ∂²H/∂p∂p nonsingular.
     - `force`: an `AbstractForce` (or None): the generalized forces f_i of 001 (10), (24).
-    - `newton`: Newton's method for `momentum` (`NewtonSettings`; exact after one iteration
-      when ∂H/∂p is affine in p, as for every mechanical H).
+    - `newton`: Newton's method for `momentum` where ∂H/∂p is not affine in p (`NewtonSettings`;
+      where it is, as for every mechanical H, one linear solve replaces it).
     """
 
     hamiltonian: Hamiltonian
@@ -82,18 +83,20 @@ class HamiltonianSystem(AbstractSystem):
         return jnp.cross(q, self.hamiltonian_gradients(q, p, args)[1])
 
     def momentum(self, q, omega, args):
-        """The Legendre map: μ ⊥ q with (I₃ − q qᵀ) ∂H/∂μ(q, μ) = ω × q (001 (23)), by Newton from 0.
+        """The Legendre map: μ ⊥ q with (I₃ − q qᵀ) ∂H/∂μ(q, μ) = ω × q (001 (23)).
 
         The normal component of each body's equation is replaced by μ_i·q_i = 0
-        (`pinned_tangent`); derivatives are those of the exact root (`newton_root`).
+        (`pinned_tangent`). One linear solve where ∂H/∂μ is affine in μ, as read from H's traced
+        computation (`_affine.affine_root`: H quadratic in μ, every mechanical H); otherwise
+        Newton from 0, with the derivatives of the exact root (`newton_root`).
         """
         qdot = self.velocity(q, omega)
 
         def residual(p):
             return pinned_tangent(q, p, self.hamiltonian_gradients(q, p, args)[1] - qdot)
 
-        p, _, _ = newton_root(residual, jnp.zeros_like(q), **self.newton.options)
-        return p
+        key = abstract_key(q, omega, args.params)
+        return affine_root(self.hamiltonian, residual, jnp.zeros_like(q), key, **self.newton.options)
 
     def energy(self, q, omega, args):
         """H(q, μ(q, ω)), conserved without forces (001 after (24))."""
@@ -139,15 +142,19 @@ def legendre_transform(
     """The Hamiltonian H(q, μ) = Σ_i μ_i·q̇_i − L(q, q̇) of 001 (21) of a regular Lagrangian.
 
     q̇ is the inverse of the Legendre map 001 (20): q̇_i ⊥ q_i with (I₃ − q_i q_iᵀ)
-    ∂L/∂q̇_i(q, q̇) = μ_i, solved by Newton from q̇ = 0 (exact after one iteration when ∂L/∂q̇
-    is affine in q̇), differentiated by the implicit function theorem (`newton_root`), so the
-    H returned can be differentiated twice as `HamiltonianSystem` needs. Meant for tests and
-    for comparing the Lagrangian and Hamiltonian paths; a closed-form H is faster.
+    ∂L/∂q̇_i(q, q̇) = μ_i. Where ∂L/∂q̇ is affine in q̇ (L quadratic in q̇ plus terms linear in
+    it: every model of s2jax, rotating frames, magnetic fields), read from L's traced
+    computation, that is one linear solve (`_affine.affine_root`); otherwise Newton from q̇ = 0,
+    differentiated by the implicit function theorem (`newton_root`). Either way the H returned
+    can be differentiated twice, as `HamiltonianSystem` needs. The linear solve halves the
+    compile time of a `simulate` of the double pendulum's H and its run time
+    (docs/performance.md). Meant for tests and for comparing the Lagrangian and Hamiltonian
+    paths; a closed-form H is faster.
 
     **Arguments:**
 
     - `lagrangian`: `L(q, qdot, params) -> scalar`, q and q̇ of shape (n, 3).
-    - `newton`: Newton's method for q̇ (`NewtonSettings`).
+    - `newton`: Newton's method for q̇ where ∂L/∂q̇ is not affine (`NewtonSettings`).
 
     **Returns:** `H(q, p, params) -> scalar`, p = μ of shape (n, 3).
     """
@@ -156,7 +163,7 @@ def legendre_transform(
         def residual(qdot):
             return pinned_tangent(q, qdot, jax.grad(lagrangian, argnums=1)(q, qdot, params) - p)
 
-        qdot, _, _ = newton_root(residual, jnp.zeros_like(q), **newton.options)
+        qdot = affine_root(lagrangian, residual, jnp.zeros_like(q), abstract_key(q, params), **newton.options)
         return jnp.sum(dot(p, qdot)) - lagrangian(q, qdot, params)
 
     return hamiltonian

@@ -42,7 +42,9 @@ class NewtonSettings(eqx.Module):
         return {"rtol": self.rtol, "atol": self.atol, "max_steps": self.max_steps}
 
 
-def _solve_jacobian(jacobian: Float[Array, "n 3 n 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
+def solve_jacobian(jacobian: Float[Array, "n 3 n 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
+    """x with Σ_j J[i, :, j, :] x_j = rhs_i, for `jax.jacfwd`'s Jacobian of a map of (n, 3) arrays
+    (block elimination, `block_solve`): Newton's default solve."""
     return block_solve(jnp.swapaxes(jacobian, 1, 2), rhs)
 
 
@@ -103,7 +105,7 @@ def newton_root(
 
     if jacobian_solve is None:
         def jacobian_solve(x, r):
-            return _solve_jacobian(jax.jacfwd(residual)(x), r)
+            return solve_jacobian(jax.jacfwd(residual)(x), r)
 
     chord = approximate_inverse is not None
     # The solve each iteration uses: the chord's fixed inverse, or the Newton step in closed form.

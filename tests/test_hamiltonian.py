@@ -71,6 +71,44 @@ def test_legendre_maps_round_trip():
     np.testing.assert_allclose(mu, expected, atol=1e-14)
     np.testing.assert_allclose(jax.jit(system.angular_velocity)(q0, mu, args), omega0, atol=1e-14)
     assert abs(float(jnp.sum(mu * q0))) < 1e-15
+    # H is quadratic in μ, so the Legendre map is inverted by one linear solve: no Newton loop.
+    assert "while" not in str(jax.make_jaxpr(system.momentum)(q0, omega0, args))
+
+
+def _quartic_lagrangian(q, qdot, params):
+    """The double pendulum's L plus ε Σ_i |q̇_i|⁴: regular, but ∂L/∂q̇ is not affine in q̇."""
+    return double_spherical_pendulum.lagrangian(q, qdot, params) + 0.05 * jnp.sum(jnp.sum(qdot**2, axis=-1) ** 2)
+
+
+@pytest.mark.parametrize(
+    "module, lagrangian, affine",
+    [
+        (double_spherical_pendulum, double_spherical_pendulum.lagrangian, True),
+        (rotating_spherical_pendulum, rotating_spherical_pendulum.lagrangian, True),
+        (double_spherical_pendulum, _quartic_lagrangian, False),
+    ],
+)
+def test_legendre_transform_inverts_the_legendre_map(module, lagrangian, affine):
+    """H of `legendre_transform` is L's dual: for a tangent q̇ and μ = (I − q qᵀ) ∂L/∂q̇ (001
+    (20)), (I − q qᵀ) ∂H/∂μ(q, μ) = q̇ and H = μ·q̇ − L, eagerly and under `jax.jit`. Where ∂L/∂q̇
+    is affine in q̇ (every model) the inverse is one linear solve, no Newton loop in the program;
+    for the quartic L, Newton's iterations."""
+    params, q, omega = _model(module)
+    qdot = 0.7 * jnp.cross(omega, q) + 0.2  # not small, off the tangent plane before projecting
+    qdot = s2jax.project_tangent(q, qdot)
+    mu = s2jax.project_tangent(q, jax.grad(lagrangian, argnums=1)(q, qdot, params))
+    hamiltonian = legendre_transform(lagrangian)
+
+    def dual(q, mu, params):
+        value, dhdmu = jax.value_and_grad(hamiltonian, argnums=1)(q, mu, params)
+        return value, s2jax.project_tangent(q, dhdmu)
+
+    for value, velocity in (dual(q, mu, params), jax.jit(dual)(q, mu, params)):
+        # The affine path is one LU solve (round-off); Newton stops at its tolerance 1e-13.
+        np.testing.assert_allclose(velocity, qdot, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(value, jnp.sum(mu * qdot) - lagrangian(q, qdot, params), rtol=1e-12)
+    program = str(jax.make_jaxpr(dual)(q, mu, params))
+    assert ("while" not in program) is affine
 
 
 @pytest.mark.slow
