@@ -16,6 +16,9 @@ from jax.ad_checkpoint import checkpoint_name
 from ._block_elimination import block_solve
 from ._custom_types import Array, Float, Int
 
+CHORD_STALL = 0.25
+"""A chord whose update shrinks by less than this factor in an iteration hands over to Newton."""
+
 NEWTON_ROOT = "s2jax.newton_root"
 """The `jax.ad_checkpoint.checkpoint_name` of what each solve returns (root, iteration count,
 convergence): `CheckpointedAdjoint` keeps these, so its second forward pass skips the iterations."""
@@ -73,7 +76,12 @@ def newton_root(
     the root, so it stops only once |δ_j| ≤ tol, where the error left is |δ_j| θ. With
     `jacobian_solve(x, r)`, the Newton step J(x)⁻¹ r in closed form (a structured solve that
     never forms J), each iteration is a full Newton step without a Jacobian in memory. Given
-    both, the iterations are the chord's and `jacobian_solve` serves the derivative only.
+    both, the iterations are the chord's, and `jacobian_solve` serves the derivative and the
+    chord's stall: where the chord contracts by less than `CHORD_STALL` per iteration (its rate
+    grows with the step's rotation h|ω|), full Newton steps finish the solve, in a second
+    `while_loop` that runs only then, under the same cap. (A 12-link chain taken as dense, at
+    h|ω| ≈ 0.33 on its last link, needed more than 20 chord iterations in the VI and in `Rattle`
+    and failed; `tests/test_newton.py`.)
 
     With δ_j the j-th update and tol = atol + rtol·max|x|, Newton stops once the error left
     after the update is estimated below tol: either |δ_j| ≤ tol (the error left is then
@@ -108,26 +116,25 @@ def newton_root(
             return solve_jacobian(jax.jacfwd(residual)(x), r)
 
     chord = approximate_inverse is not None
-    # The solve each iteration uses: the chord's fixed inverse, or the Newton step in closed form.
-    iteration_solve = (lambda x, r: approximate_inverse(r)) if chord else jacobian_solve
 
-    def solve(fn, x0, step_solve=iteration_solve):
-        # `step_solve`: `iteration_solve`, or, from `_structured_root`, the closure-converted
-        # `jacobian_solve` (None there for a chord: `iteration_solve` then).
-        step_solve = step_solve or iteration_solve
-        def converged(x, step, size, previous):
+    def solve(fn, x0, newton_step):
+        # `newton_step`: from `_structured_root`, the closure-converted `jacobian_solve`.
+        def converged(x, step, size, previous, newton=not chord):
             tol = atol + rtol * jnp.max(jnp.abs(x))
             # A chord iteration's error left is about |δ_j| θ, not ~|δ_j|³/|δ_{j−1}|²: stopping
             # on the estimate |δ_j| θ ≤ tol would leave errors of tol, not of round-off.
-            contracting = (step >= 2) & (size < previous) & (not chord)
+            contracting = (step >= 2) & (size < previous) & newton
             return (size <= tol) | (contracting & (size * size <= tol * previous))
 
-        def cond(carry):
+        def iterating(carry, newton=not chord):
             x, step, size, previous = carry
-            done = converged(x, step, size, previous)
-            return (step < max_steps) & ~done & jnp.isfinite(size)
+            return (step < max_steps) & ~converged(x, step, size, previous, newton) & jnp.isfinite(size)
 
-        def body(carry):
+        def chord_iterating(carry):
+            _, step, size, previous = carry
+            return iterating(carry) & ~((step >= 2) & (size > CHORD_STALL * previous))
+
+        def body(carry, step_solve=(lambda x, r: approximate_inverse(r)) if chord else newton_step):
             x, step, size, _ = carry
             delta = step_solve(x, -fn(x))
             return x + delta, step + 1, jnp.max(jnp.abs(delta)), size
@@ -136,8 +143,16 @@ def newton_root(
         carry = (x0, jnp.array(0), big, big)
         for _ in range(min(unrolled, max_steps)):
             carry = body(carry)
-        x, steps, size, previous = lax.while_loop(cond, body, carry)
-        ok = converged(x, steps, size, previous)
+        carry = lax.while_loop(chord_iterating if chord else iterating, body, carry)
+        ok = converged(*carry)
+        if chord:
+            # A stalled chord: Newton's steps from where it stopped (none where it converged),
+            # judged by Newton's test once one has run.
+            chord_steps = carry[1]
+            newton = functools.partial(iterating, newton=True)
+            carry = lax.while_loop(newton, functools.partial(body, step_solve=newton_step), carry)
+            ok = jnp.where(carry[1] > chord_steps, converged(*carry, newton=True), ok)
+        x, steps = carry[:2]
         return checkpoint_name((x, (steps, ok)), NEWTON_ROOT)
 
     x, (steps, ok) = _structured_root(residual, jacobian_solve, solve, initial_guess, chord)
@@ -163,7 +178,7 @@ def _structured_root(residual, jacobian_solve, solve, initial_guess, chord):
     x, aux = solve(
         lambda x: residual_fn(x, *fixed_residual),
         x0,
-        None if chord else (lambda x, r: solve_fn(x, r, *fixed_solve)),
+        lambda x, r: solve_fn(x, r, *fixed_solve),
     )
     return _root(residual_fn, solve_fn, x, tuple(residual_consts), tuple(solve_consts)), aux
 

@@ -60,3 +60,26 @@ def test_the_derivative_does_not_change_the_root():
     fn = lambda theta: _root(theta, "jacobian_solve")  # noqa: E731
     value, _ = jax.value_and_grad(fn)(THETA)
     assert value == fn(THETA)
+
+
+def test_a_stalled_chord_hands_over_to_newton():
+    """x³ = θ by chord iterations with the fixed inverse 1/3, far from the Jacobian at the root
+    (3x² = 4.76: the chord contracts by θ ≈ 0.59 per iteration, ~60 iterations to round-off).
+    Once its update shrinks by less than `CHORD_STALL`, Newton's steps finish, within a cap of 12
+    iterations in all; with a "Newton step" that is the chord's again, the same cap is not enough."""
+
+    def residual(x):
+        return x**3 - THETA
+
+    def solve(jacobian_solve):
+        return newton_root(
+            residual, GUESS, rtol=1e-14, atol=1e-14, max_steps=12,
+            approximate_inverse=lambda r: r / 3.0, jacobian_solve=jacobian_solve,
+        )
+
+    x, steps, converged = solve(lambda x, r: r / (3.0 * x**2))
+    # Measured: 6 iterations (the chord alone, uncapped: 57).
+    assert bool(converged) and int(steps) <= 8, int(steps)
+    np.testing.assert_allclose(x, EXACT[0], rtol=1e-14)
+    _, steps, converged = solve(lambda x, r: r / 3.0)
+    assert not bool(converged) and int(steps) == 12
