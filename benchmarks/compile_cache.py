@@ -6,8 +6,9 @@ Each repeat starts from an empty cache folder (`S2JAX_CACHE_DIR`): a first ("col
 compiles and stores, a second ("warm") one loads. Timed from outside (wall time of the whole
 process: import, tracing, compiling or loading, running, writing figures), cold and warm
 alternating, median of the repeats. Entry points: `python -m s2jax control 1` (the swing-up,
-figures included) and the README's first example followed by a gradient through it (what a
-newcomer runs first). Writes benchmarks/results/compile_cache.json.
+figures included), the README's first example followed by a gradient through it (what a
+newcomer runs first), and the fit of `compile_times.py` (three params of the double pendulum
+from 3 s of directions, two segments). Writes benchmarks/results/compile_cache.json.
 """
 
 import argparse
@@ -37,10 +38,29 @@ print(float(jax.grad(final_height)(params["l1"])))
 """
 
 
+_FIT = """
+import numpy as np
+import jax
+jax.config.update("jax_enable_x64", True)
+import s2jax as s2
+s2.enable_compilation_cache()
+dsp = s2.models.double_spherical_pendulum
+truth = dsp.paper_params()
+q0, omega0 = dsp.paper_state()
+observed = np.arange(5, {steps} + 1, 5)
+data = s2.simulate(dsp.lagrangian, q0, omega0, truth, dt=0.01, num_steps={steps}).q[observed][:, [1]]
+guess = dict(truth, l1=1.08 * truth["l1"], l2=0.93 * truth["l2"], m2=1.1 * truth["m2"])
+result = s2.fit.fit(dsp.lagrangian, guess, np.asarray(data), times=observed * 0.01, bodies=[1], dt=0.01,
+                    q0=q0, omega0=omega0, free=("l1", "l2", "m2"), segments=2)
+print(result.params["l1"])
+"""
+
+
 def _commands(quick: bool, out: str) -> dict[str, list[str]]:
     return {
         "python -m s2jax control 1": [sys.executable, "-m", "s2jax", "control", "1", "--out", out],
         "README example + its gradient": [sys.executable, "-c", _README.format(steps=100 if quick else 10_000)],
+        "a fit (benchmarks/compile_times.py's)": [sys.executable, "-c", _FIT.format(steps=100 if quick else 300)],
     }
 
 
