@@ -40,9 +40,13 @@ def _known(function: Callable) -> dict:
 
 
 def _depends_on_inputs(jaxpr: Jaxpr) -> bool:
-    """Whether any output of `jaxpr` depends on its inputs (not only on its constants)."""
+    """Whether any output of `jaxpr` may depend on its inputs (not only on its constants). An
+    equation with effects (a mutable reference, a callback) may carry a dependence that its
+    inputs and outputs do not show: then True."""
     reached = set(jaxpr.invars)
     for equation in jaxpr.eqns:
+        if equation.effects:
+            return True
         if any(not isinstance(v, Literal) and v in reached for v in equation.invars):
             reached.update(equation.outvars)
     return any(not isinstance(v, Literal) and v in reached for v in jaxpr.outvars)
