@@ -21,12 +21,16 @@ import time
 
 from _common import write
 
-_README = """
+# What every script starts with: float64 and the persistent cache.
+_PRELUDE = """
+import numpy as np
 import jax
-import jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 import s2jax as s2
 s2.enable_compilation_cache()
+"""
+
+_README = _PRELUDE + """
 model = s2.models.double_spherical_pendulum
 params = model.paper_params()
 q0, omega0 = model.paper_state()
@@ -38,12 +42,7 @@ print(float(jax.grad(final_height)(params["l1"])))
 """
 
 
-_FIT = """
-import numpy as np
-import jax
-jax.config.update("jax_enable_x64", True)
-import s2jax as s2
-s2.enable_compilation_cache()
+_FIT = _PRELUDE + """
 dsp = s2.models.double_spherical_pendulum
 truth = dsp.paper_params()
 q0, omega0 = dsp.paper_state()
