@@ -80,12 +80,20 @@ def _quartic_lagrangian(q, qdot, params):
     return double_spherical_pendulum.lagrangian(q, qdot, params) + 0.05 * jnp.sum(jnp.sum(qdot**2, axis=-1) ** 2)
 
 
+def _lagrangian_with_a_callback(q, qdot, params):
+    """The double pendulum's L, calling the host: an effect, which the structural test cannot see
+    through, so Newton's loop runs (affine as the map is)."""
+    jax.debug.callback(lambda x: None, qdot)
+    return double_spherical_pendulum.lagrangian(q, qdot, params)
+
+
 @pytest.mark.parametrize(
     "module, lagrangian, affine",
     [
         (double_spherical_pendulum, double_spherical_pendulum.lagrangian, True),
         (rotating_spherical_pendulum, rotating_spherical_pendulum.lagrangian, True),
         (double_spherical_pendulum, _quartic_lagrangian, False),
+        (double_spherical_pendulum, _lagrangian_with_a_callback, False),
     ],
 )
 def test_legendre_transform_inverts_the_legendre_map(module, lagrangian, affine):
