@@ -104,6 +104,11 @@ def affine_root(
         affine = known[key] = jacobian_is_constant(residual, guess)
     if not affine:
         return newton_root(residual, guess, **newton_options)[0]
+    def with_value(x):
+        value = residual(x)
+        return value, value
+
     size = jnp.size(guess)
-    jacobian = jax.jacfwd(residual)(guess).reshape(size, size)
-    return guess - jnp.linalg.solve(jacobian, residual(guess).reshape(size)).reshape(jnp.shape(guess))
+    jacobian, value = jax.jacfwd(with_value, has_aux=True)(guess)  # one evaluation of the residual
+    step = jnp.linalg.solve(jacobian.reshape(size, size), value.reshape(size))
+    return guess - step.reshape(jnp.shape(guess))
