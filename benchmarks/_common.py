@@ -11,6 +11,8 @@ import time
 
 import diffrax
 import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 import s2jax as s2
 
@@ -57,6 +59,21 @@ def classical_rk4(field, y0, dt, num_steps):
         return jax.tree_util.tree_map(combine, y, k1, k2, k3, k4), None
 
     return jax.lax.scan(step, y0, length=num_steps)[0]
+
+
+def sharded_batch(fn, chunk=None):
+    """`fn(q0, ω0)` of one member over a batch, as `s2.simulate_batch` runs its members: vmapped,
+    each device of a one-axis mesh of all devices mapping its own slice (`jax.shard_map`), and with
+    `chunk`, `chunk` members at a time (`lax.map` of the vmap; the slice must be a multiple of it).
+    Compiled with s2jax's XLA options (`jit`)."""
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    if chunk is None:
+        local = jax.vmap(fn)
+    else:
+        def local(q0, omega0):
+            return jax.lax.map(lambda inputs: fn(*inputs), (q0, omega0), batch_size=chunk)
+    spec = PartitionSpec("batch")
+    return jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
 
 
 def timed(call) -> float:

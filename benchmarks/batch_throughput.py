@@ -12,12 +12,16 @@ over the batch split across all devices (one `shard_map` slice per device, `vmap
   `NewtonSettings(max_steps=3)`: no convergence loop inside the step, an experiment to measure
   what that loop costs there; its final states are compared with the default VI's, and a member
   not converged in three iterations would fail the run);
+- on CPU, the VI again with each device vmapping its whole slice (`chunk_size` = B), without
+  the chunks `simulate_batch` takes there by default;
 - a hand-written RK4 on (2.9)–(2.10) in `lax.scan` whose 2-body solve for ω̇ is written in
   closed form (below), the fastest fair form of the baseline; its field is checked against
-  `LagrangianSystem.angular_acceleration` before it is timed.
+  `LagrangianSystem.angular_acceleration` before it is timed. It runs vmapped over each device's
+  whole slice and, as `simulate_batch` does on CPU, in chunks of 16 and 64 members
+  (`_common.sharded_batch`); the fastest row is the baseline of the `*_over_baseline` ratios.
 
 Throughput is B · num_steps / (median wall time of 5 runs after a compiling run, whose time,
-compilation included, is `first_call_s`). float64.
+compilation included, is `first_call_s`; the contenders' runs interleaved). float64.
 On CPU: B = 1024, 1000 steps, with 1 and 2 host devices (each count in a subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count, since it is fixed when jax starts); results
 in benchmarks/results/batch_throughput_cpu.json. On a GPU: B = 10³ … 10⁶ (as memory allows),
@@ -38,15 +42,15 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from _common import classical_rk4, jit, median_time, write  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec  # noqa: E402
+from _common import classical_rk4, interleaved_medians, sharded_batch, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
 dsp = s2.models.double_spherical_pendulum
 DT = 0.01
 REPEATS = 5
+HAND = "hand-written RK4 (closed-form solve)"
+HAND_CHUNKS = (16, 64)  # chunked as `simulate_batch` chunks on CPU (`_common.sharded_batch`)
 
 
 def closed_form_acceleration(q, omega, params):
@@ -86,14 +90,6 @@ def hand_rk4(q0, omega0, params, num_steps):
     return classical_rk4(field, (q0, omega0), DT, num_steps)
 
 
-def sharded_hand_rk4(params, num_steps):
-    """`hand_rk4` vmapped over the batch, each device of the mesh mapping its own slice."""
-    mesh = Mesh(np.array(jax.devices()), ("batch",))
-    local = jax.vmap(lambda q, w: hand_rk4(q, w, params, num_steps))
-    spec = PartitionSpec("batch")
-    return jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
-
-
 def check_closed_form(params):
     system = s2.LagrangianSystem(dsp.lagrangian)
     worst = 0.0
@@ -107,15 +103,19 @@ def check_closed_form(params):
     return worst
 
 
-def _methods(fixed_iterations):
+def _methods(fixed_iterations, batch_size):
+    """{name: (integrator, chunk_size of `simulate_batch`)}."""
     methods = {
-        "VariationalIntegrator": s2.VariationalIntegrator(),
-        "Rattle": s2.Rattle(),
-        "RungeKutta4": s2.RungeKutta4(),
+        "VariationalIntegrator": (s2.VariationalIntegrator(), None),
+        "Rattle": (s2.Rattle(), None),
+        "RungeKutta4": (s2.RungeKutta4(), None),
     }
+    if jax.default_backend() == "cpu":
+        # the default integrator without simulate_batch's chunks: each device vmaps its whole slice
+        methods["VariationalIntegrator, whole slice"] = (s2.VariationalIntegrator(), batch_size)
     if fixed_iterations:
-        methods["VI, 3 fixed Newton iterations"] = s2.VariationalIntegrator(
-            newton=s2.NewtonSettings(max_steps=3), unrolled=3
+        methods["VI, 3 fixed Newton iterations"] = (
+            s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=3), unrolled=3), None
         )
     return methods
 
@@ -124,36 +124,46 @@ def measure(batch_size, num_steps, fixed_iterations=False):
     """The methods on one batch: {method: {"seconds", "times", "first_call_s", "msteps_per_s"}}."""
     params = jax.tree_util.tree_map(jnp.asarray, dsp.paper_params())
     q0, omega0 = jax.vmap(lambda k: s2.random_state(k, 2))(jax.random.split(jax.random.PRNGKey(0), batch_size))
-    rows, final_q = {}, {}
+    calls = {}
+    for name, (integrator, chunk_size) in _methods(fixed_iterations, batch_size).items():
 
-    def timed(name, run):
-        start = time.perf_counter()
-        final_q[name] = jax.block_until_ready(run())
-        first = time.perf_counter() - start
-        seconds, times = median_time(run, REPEATS)
-        rows[name] = {"seconds": seconds, "times": times, "first_call_s": first}
-
-    for name, integrator in _methods(fixed_iterations).items():
-
-        def run(integrator=integrator):
+        def run(integrator=integrator, chunk_size=chunk_size):
             return s2.simulate_batch(
                 dsp.lagrangian, q0, omega0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
-                integrator=integrator,
+                integrator=integrator, chunk_size=chunk_size,
             ).q[:, -1]
 
-        timed(name, run)
-    rk4 = sharded_hand_rk4(params, num_steps)
-    timed("hand-written RK4 (closed-form solve)", lambda: rk4(q0, omega0)[0])
+        calls[name] = run
+    per_device = batch_size // jax.device_count()
+    for chunk in (None, *HAND_CHUNKS):
+        if chunk is not None and (chunk >= per_device or per_device % chunk):
+            continue
+        rk4 = sharded_batch(lambda q, w: hand_rk4(q, w, params, num_steps)[0], chunk)
+        calls[HAND + ("" if chunk is None else f", chunks of {chunk}")] = lambda rk4=rk4: rk4(q0, omega0)
+    first, final_q = {}, {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        final_q[name] = jax.block_until_ready(call())
+        first[name] = time.perf_counter() - start
+    rows = {
+        name: {"seconds": seconds, "times": times, "first_call_s": first[name]}
+        for name, (seconds, times) in interleaved_medians(calls, REPEATS).items()
+    }
     # the same method on the same field; RK4 leaves T(S²)ⁿ by O(h⁵) a step, and off it the two
     # forms of ω̇ (this closed form, and (2.11) solved by s2jax) differ, so the gap is not zero
-    hand, vi = final_q["hand-written RK4 (closed-form solve)"], final_q["VariationalIntegrator"]
+    hand, vi = final_q[HAND], final_q["VariationalIntegrator"]
     gaps = {"max_q_gap_rungekutta4_vs_hand_rk4": hand - final_q["RungeKutta4"]}
     if fixed_iterations:
         gaps["max_q_gap_fixed_iterations_vs_vi"] = final_q["VI, 3 fixed Newton iterations"] - vi
     for row in rows.values():
         row["msteps_per_s"] = batch_size * num_steps / row["seconds"] / 1e6
     gaps = {name: float(jnp.max(jnp.abs(gap))) for name, gap in gaps.items()}
-    return {"batch_size": batch_size, "num_steps": num_steps, "methods": rows, **gaps}
+    baseline = max((name for name in rows if name.startswith(HAND)), key=lambda name: rows[name]["msteps_per_s"])
+    ratios = {
+        f"{key}_over_baseline": rows[name]["msteps_per_s"] / rows[baseline]["msteps_per_s"]
+        for key, name in (("vi", "VariationalIntegrator"), ("rattle", "Rattle"), ("rungekutta4", "RungeKutta4"))
+    }
+    return {"batch_size": batch_size, "num_steps": num_steps, "methods": rows, "baseline": baseline, **ratios, **gaps}
 
 
 def child(batch_sizes, num_steps):

@@ -27,7 +27,10 @@ decreasing), so G is too: per RK4 stage, O(n) products and one tridiagonal solve
 The state is (q, q̇) ∈ ℝ³ⁿ × ℝ³ⁿ: RK4 drifts off |q_i| = 1 by O(h⁵) a step, as s2jax's
 `RungeKutta4` does. Two forms of the tridiagonal solve are timed and the faster is the baseline:
 Thomas's elimination written out over n (which XLA vectorises over the batch) and
-`lax.linalg.tridiagonal_solve` (LAPACK's gtsv per member on CPU). The field is checked against
+`lax.linalg.tridiagonal_solve` (LAPACK's gtsv per member on CPU), each vmapped over a device's
+whole slice and, as `simulate_batch` does on CPU, in chunks of 8, 16 and 32 members (`lax.map` of
+the vmap, `_common.sharded_batch`); the fastest of these rows is the baseline. The VI also runs
+over whole slices (`chunk_size` = B), to show what the chunks change. The field is checked against
 s2jax's `LagrangianSystem.angular_acceleration` (q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
 
 Each host-device count (1, 2) runs in its own process (the count is fixed when jax starts); the
@@ -50,9 +53,8 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import classical_rk4, interleaved_medians, jit, write  # noqa: E402
+from _common import classical_rk4, interleaved_medians, sharded_batch, write  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -71,6 +73,7 @@ def swinging_states(n, batch_size, seed=0):
     q /= np.linalg.norm(q, axis=-1, keepdims=True)
     return jnp.asarray(q), s2.project_tangent(q, 0.5 * eta)
 HAND = "hand-written RK4 (ambient, multipliers)"
+HAND_CHUNKS = (8, 16, 32)  # as `simulate_batch` chunks on CPU (`sharded_batch`); the fastest row is the baseline
 
 
 def thomas_solve(lower, diagonal, upper, r):
@@ -138,13 +141,6 @@ def hand_rk4(q0, omega0, params, num_steps, solve):
     return classical_rk4(field, (q0, jnp.cross(omega0, q0)), DT, num_steps)[0]
 
 
-def sharded(fn):
-    """fn(q0, ω0) of one member, vmapped over the batch, each device mapping its own slice."""
-    mesh = Mesh(np.array(jax.devices()), ("batch",))
-    spec = PartitionSpec("batch")
-    return jit(jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
-
-
 def check_field(params, n):
     """The largest difference between the hand field's q̈ and s2jax's, at random states."""
     system = s2.LagrangianSystem(chain.lagrangian)
@@ -167,20 +163,29 @@ def measure(n, batch_size, num_steps):
     params = jax.tree_util.tree_map(jnp.asarray, chain.paper_params(n))
     q0, omega0 = swinging_states(n, batch_size)
     calls = {}
-    for name, integrator in {
-        "VariationalIntegrator": s2.VariationalIntegrator(), "RungeKutta4": s2.RungeKutta4(), "Rattle": s2.Rattle(),
-    }.items():
+    for name, integrator, chunk_size in (
+        ("VariationalIntegrator", s2.VariationalIntegrator(), None),
+        ("RungeKutta4", s2.RungeKutta4(), None),
+        ("Rattle", s2.Rattle(), None),
+        # the default integrator without simulate_batch's chunks: each device vmaps its whole slice
+        ("VariationalIntegrator, whole slice", s2.VariationalIntegrator(), batch_size),
+    ):
 
-        def run(integrator=integrator):
+        def run(integrator=integrator, chunk_size=chunk_size):
             return s2.simulate_batch(
                 chain.lagrangian, q0, omega0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
-                integrator=integrator,
+                integrator=integrator, chunk_size=chunk_size,
             ).q[:, -1]
 
         calls[name] = run
+    per_device = batch_size // jax.device_count()
     for label, solve in SOLVES.items():
-        program = sharded(lambda q, w, solve=solve: hand_rk4(q, w, params, num_steps, solve))
-        calls[f"{HAND}, {label}"] = lambda program=program: program(q0, omega0)
+        for chunk in (None, *HAND_CHUNKS):
+            if chunk is not None and (chunk >= per_device or per_device % chunk):
+                continue
+            program = sharded_batch(lambda q, w, solve=solve: hand_rk4(q, w, params, num_steps, solve), chunk)
+            name = f"{HAND}, {label}" + ("" if chunk is None else f", chunks of {chunk}")
+            calls[name] = lambda program=program: program(q0, omega0)
     first, final_q = {}, {}
     for name, call in calls.items():
         start = time.perf_counter()

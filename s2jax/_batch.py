@@ -6,6 +6,13 @@ device waits for another: with automatic (`jit`) partitioning of the vmapped loo
 the `while_loop` of each Newton solve (002 (3.16)) would stop when every member of the whole
 batch has converged, and its condition would be an all-reduce across devices at every
 iteration.
+
+On CPU a device maps its slice a chunk of members at a time (`lax.map` of `jax.vmap`,
+`chunk_size`). A vmapped step works on arrays of shape (members, n, 3), and every fusion of it
+streams them through the cache: with the whole slice of 1024 double pendula a VI step's ~76
+fusions run from L3 and its loop is too large for XLA to compile whole (`_jit.LOOP_BYTES`).
+Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole (measured: docs/performance.md,
+"Batches on CPU").
 """
 
 import functools
@@ -17,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax import lax
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, PartitionSpec
 
@@ -35,6 +43,11 @@ from ._validation import trace_floats
 
 _AXIS = "batch"
 
+CHUNK_BODIES = 256
+"""On CPU, the bodies (members × n) that a device vmaps at a time, at most `MAX_CHUNK` members: the
+fastest chunks measured on the double pendulum (32–64 members) and the 16-link chain (8–32)."""
+MAX_CHUNK = 64
+
 
 def simulate_batch(
     lagrangian: Lagrangian,
@@ -51,6 +64,7 @@ def simulate_batch(
     save_every: int = 1,
     adjoint: AbstractAdjoint | None = None,
     throw: bool = True,
+    chunk_size: int | None = None,
 ) -> Solution:
     """`simulate` for each of B initial states, the batch split over `devices`.
 
@@ -71,6 +85,10 @@ def simulate_batch(
       `in_axes` of `jax.vmap`: `None` (shared), `0` (all, Python floats too), or a PyTree
       prefix of `params` with leaves 0 or None, e.g. `{"l1": 0, "l2": None, ...}`.
     - `devices`: the devices to split the batch over, each given an equal share.
+    - `chunk_size`: how many members a device vmaps at a time (the rest of its slice follows
+      in a `lax.map`); the result does not depend on it beyond round-off. Default: on CPU,
+      `CHUNK_BODIES // n` members (at least 1, at most `MAX_CHUNK`), elsewhere (a GPU) the
+      whole slice. Each device's slice is padded to a multiple of it.
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
       Either way one failing member does not change the others. Inside `jax.jit` or
@@ -100,6 +118,7 @@ def simulate_batch(
     dynamic, static, axes = _split_params(params, params_axis, batch_size)
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
+    chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1])
     dt = jnp.asarray(dt, dtype=q0.dtype)
     if dt.shape != ():
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
@@ -110,7 +129,7 @@ def simulate_batch(
     first = jtu.tree_map(lambda axis, x: x[0] if axis == 0 else x, axes, dynamic, is_leaf=lambda x: x is None)
     the_plan = plan(lagrangian, q0[0], omega0[0], eqx.combine(first, static), integrator=integrator, force=force)
     member = _Member(the_plan.system, static, num_steps, the_plan.integrator, save_every, adjoint)
-    solution = _sharded_vmap(member, mesh, axes, q0, omega0, dynamic, dt)
+    solution = _sharded_vmap(member, mesh, chunk, axes, q0, omega0, dynamic, dt)
     if throw:
         codes = solution.result._value
         if isinstance(codes, jax.core.Tracer):
@@ -180,12 +199,28 @@ def _split_params(params, params_axis, batch_size):
     return dynamic, static, axes
 
 
+def _chunk(chunk_size, batch_size, mesh, num_bodies):
+    """The members a device vmaps at a time: `chunk_size`, or the default of `simulate_batch`,
+    evened out so that the chunks of a device's slice differ in size by less than one member
+    each (1000 members in chunks of at most 64: 16 of 63, padded to 1008, not 16 of 64)."""
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
+    local = math.ceil(batch_size / mesh.size)
+    if chunk_size is None:
+        on_cpu = all(device.platform == "cpu" for device in mesh.devices.flat)
+        chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if on_cpu else local
+    chunks = math.ceil(local / min(chunk_size, local))
+    return math.ceil(local / chunks)
+
+
 @filter_jit
-def _sharded_vmap(one: _Member, mesh, axes, q0, omega0, dynamic, dt):
-    """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it; `axes`
-    says which leaves of `dynamic` (the array leaves of params) are batched too."""
+def _sharded_vmap(one: _Member, mesh, chunk: int, axes, q0, omega0, dynamic, dt):
+    """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it, `chunk`
+    members at a time; `axes` says which leaves of `dynamic` (the array leaves of params) are
+    batched too."""
     batch_size = q0.shape[0]
-    padded = math.ceil(batch_size / mesh.size) * mesh.size
+    per_device = math.ceil(math.ceil(batch_size / mesh.size) / chunk) * chunk
+    padded = per_device * mesh.size
 
     def pad(x):
         # copies of member 0: a valid member whenever the batch has one, and dropped below
@@ -195,7 +230,18 @@ def _sharded_vmap(one: _Member, mesh, axes, q0, omega0, dynamic, dt):
     shared = PartitionSpec()
     dynamic = jtu.tree_map(lambda x, axis: x if axis is None else pad(x), dynamic, axes)
     params_specs = jtu.tree_map(lambda _, axis: shared if axis is None else batched, dynamic, axes)
-    local = jax.vmap(one, in_axes=(0, 0, axes, None))
+
+    def local(q0, omega0, dynamic, dt):
+        batched_params, shared_params = eqx.partition(dynamic, jtu.tree_map(lambda _, axis: axis == 0, dynamic, axes))
+
+        def member(inputs):
+            q0, omega0, batched_params = inputs
+            return one(q0, omega0, eqx.combine(batched_params, shared_params), dt)
+
+        if chunk == q0.shape[0]:
+            return jax.vmap(member)((q0, omega0, batched_params))
+        return lax.map(member, (q0, omega0, batched_params), batch_size=chunk)
+
     # check_vma=False: the per-device program has no collectives for the check to guard, and
     # the integrators' loops start carries from constants (unsharded) that become per-member
     # (sharded) values, which the check would reject.

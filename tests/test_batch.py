@@ -12,9 +12,11 @@ import socket
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 import s2jax as s2
 
@@ -55,6 +57,10 @@ out["vi"] = {
     "vs_vmap": max(gap(sol.q, vmapped.q), gap(sol.omega, vmapped.omega), gap(sol.t, vmapped.t)),
     "vs_loop": max(max(gap(sol.q[b], loop[b].q), gap(sol.omega[b], loop[b].omega)) for b in range(6)),
 }
+# each device's slice of 2 in chunks of 1 (`lax.map` over the members)
+chunked = s2.simulate_batch(dsp.lagrangian, q0, w0, {**dsp.paper_params(), "l1": lengths}, params_axis=axes,
+                            chunk_size=1, **options)
+out["vi"]["chunked_vs_vmap"] = max(gap(chunked.q, vmapped.q), gap(chunked.omega, vmapped.omega))
 
 # 2. The explicit VI (3.17) on three bodies with diagonal M, 8 members (no padding), shared
 #    params; member 1 needs |a| > 1 in (3.17) at its first step, member 5 starts off S².
@@ -124,6 +130,7 @@ def test_sharded_batch_equals_vmap_and_a_loop_of_simulations(four_devices):
     # of 6, and the round-off (1e-16) grows on the chaotic pendulum over the 40 steps.
     assert vi["vs_vmap"] < 1e-12
     assert vi["vs_loop"] < 1e-12
+    assert vi["chunked_vs_vmap"] < 1e-12
 
 
 @pytest.mark.slow
@@ -195,6 +202,60 @@ def test_one_device_matches_simulate():
             save_every=20,
         )
         np.testing.assert_allclose(batch.q[b], alone.q, rtol=0, atol=1e-12)
+
+
+def test_chunks_change_nothing_but_the_schedule(compilations):
+    """On CPU each device maps its slice in chunks (`chunk_size`): 7 double pendula, l1 per member,
+    in chunks of 3 (so 2 members of padding) give what the whole slice and `jax.vmap(simulate)`
+    give; a member that fails is named by its own index; new values do not recompile."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 7)
+    q0, omega0 = jax.vmap(lambda k: s2.random_state(k, 2))(keys)
+    omega0 = omega0.at[5].multiply(300.0)  # member 5: no rotation solves (3.16) at its first step
+    lengths = jnp.linspace(8.0, 11.0, 7)
+    params = {**dsp.paper_params(), "l1": lengths}
+    axes = {**dict.fromkeys(params), "l1": 0}
+    options = dict(dt=0.01, num_steps=30, save_every=10, params_axis=axes)
+
+    def run(chunk_size, omega0=omega0, throw=False):
+        return s2.simulate_batch(dsp.lagrangian, q0, omega0, params, chunk_size=chunk_size, throw=throw, **options)
+
+    chunked, whole = run(3), run(7)
+
+    def one(q, w, l1):
+        return s2.simulate(dsp.lagrangian, q, w, {**dsp.paper_params(), "l1": l1}, dt=0.01, num_steps=30,
+                           save_every=10, throw=False)
+
+    vmapped = jax.vmap(one)(q0, omega0, lengths)
+    codes = np.asarray(chunked.result._value)
+    assert np.flatnonzero(codes).tolist() == [5]
+    np.testing.assert_array_equal(codes, np.asarray(whole.result._value))
+    np.testing.assert_array_equal(codes, np.asarray(vmapped.result._value))
+    for field in ("q", "omega"):
+        # The same arithmetic per member; XLA may compile a loop over 3 members whole and one over
+        # 7 op by op (`_jit.LOOP_BYTES`), contracting multiply-adds differently: round-off only.
+        np.testing.assert_allclose(getattr(chunked, field), getattr(whole, field), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(getattr(chunked, field), getattr(vmapped, field), rtol=0, atol=1e-12)
+    with pytest.raises(s2.SimulationError, match=r"batch index \(5,\)\): step 0 → 1"):
+        run(3, throw=True)
+    reversed_omega0 = jax.block_until_ready(omega0[::-1])
+    assert compilations(lambda: run(3, omega0=reversed_omega0).q.block_until_ready()) == 0
+
+
+def test_default_chunks():
+    """The default chunk: `CHUNK_BODIES // n` members, at most `MAX_CHUNK`, evened out over the
+    slice; a GPU's slice is never chunked. Bad values of `chunk_size` are refused."""
+    from s2jax._batch import CHUNK_BODIES, MAX_CHUNK, _chunk
+
+    cpu = Mesh(np.array(jax.devices("cpu")[:1]), ("batch",))
+    assert CHUNK_BODIES // 2 >= MAX_CHUNK == _chunk(None, 1024, cpu, 2)
+    assert _chunk(None, 1000, cpu, 2) == 63  # 16 chunks of 63, not 15 of 64 and one of 40
+    assert _chunk(None, 1024, cpu, 16) == CHUNK_BODIES // 16
+    assert _chunk(None, 10, cpu, 2) == 10  # a slice smaller than a chunk is one chunk
+    assert _chunk(None, 10, cpu, 10 * CHUNK_BODIES) == 1
+    assert _chunk(4, 10, cpu, 2) == 4  # 3 chunks of 4 (two members of padding), as asked
+    for bad in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+            _chunk(bad, 10, cpu, 2)
 
 
 def test_a_batch_of_a_non_2_2_lagrangian_runs_the_general_integrator():
