@@ -7,12 +7,13 @@ the `while_loop` of each Newton solve (002 (3.16)) would stop when every member 
 batch has converged, and its condition would be an all-reduce across devices at every
 iteration.
 
-On CPU a device maps its slice a chunk of members at a time (`lax.map` of `jax.vmap`,
-`chunk_size`). A vmapped step works on arrays of shape (members, n, 3), and every fusion of it
-streams them through the cache: with the whole slice of 1024 double pendula a VI step's ~76
-fusions run from L3 and its loop is too large for XLA to compile whole (`_jit.LOOP_BYTES`).
-Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole (measured: docs/performance.md,
-"Batches on CPU").
+On CPU a long run maps each device's slice a chunk of members at a time (`lax.map` of
+`jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3), and every
+fusion of it streams them through the cache: with the whole slice of 1024 double pendula a VI
+step's ~76 fusions run from L3, and its loop is too large for XLA to compile whole
+(`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.25× the
+throughput on the double pendulum, 1.5× on a 16-link chain, but ~1–2 s more compile time, so only
+from `CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
 """
 
 import functools
@@ -47,6 +48,10 @@ CHUNK_BODIES = 256
 """On CPU, the bodies (members × n) that a device vmaps at a time, at most `MAX_CHUNK` members: the
 fastest chunks measured on the double pendulum (32–64 members) and the 16-link chain (8–32)."""
 MAX_CHUNK = 64
+CHUNK_MIN_WORK = 5e7
+"""On CPU, the body-steps (B × n × num_steps) from which a run is chunked by default: where the
+time the chunks save pays for their extra compilation (measured break-even: 5·10⁷ on the double
+pendulum, 3·10⁷ on the 16-link chain)."""
 
 
 def simulate_batch(
@@ -86,9 +91,10 @@ def simulate_batch(
       prefix of `params` with leaves 0 or None, e.g. `{"l1": 0, "l2": None, ...}`.
     - `devices`: the devices to split the batch over, each given an equal share.
     - `chunk_size`: how many members a device vmaps at a time (the rest of its slice follows
-      in a `lax.map`); the result does not depend on it beyond round-off. Default: on CPU,
-      `CHUNK_BODIES // n` members (at least 1, at most `MAX_CHUNK`), elsewhere (a GPU) the
-      whole slice. Each device's slice is padded to a multiple of it.
+      in a `lax.map`); the result does not depend on it beyond round-off. Default: on CPU, for
+      a run of at least `CHUNK_MIN_WORK` body-steps, `CHUNK_BODIES // n` members (at least 1, at
+      most `MAX_CHUNK`); otherwise, and on a GPU, the whole slice. Each device's slice is padded
+      to a multiple of it.
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
       Either way one failing member does not change the others. Inside `jax.jit` or
@@ -118,7 +124,7 @@ def simulate_batch(
     dynamic, static, axes = _split_params(params, params_axis, batch_size)
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
-    chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1])
+    chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1], num_steps)
     dt = jnp.asarray(dt, dtype=q0.dtype)
     if dt.shape != ():
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
@@ -199,7 +205,7 @@ def _split_params(params, params_axis, batch_size):
     return dynamic, static, axes
 
 
-def _chunk(chunk_size, batch_size, mesh, num_bodies):
+def _chunk(chunk_size, batch_size, mesh, num_bodies, num_steps):
     """The members a device vmaps at a time: `chunk_size`, or the default of `simulate_batch`,
     evened out so that the chunks of a device's slice differ in size by less than one member
     each (1000 members in chunks of at most 64: 16 of 63, padded to 1008, not 16 of 64)."""
@@ -208,7 +214,8 @@ def _chunk(chunk_size, batch_size, mesh, num_bodies):
     local = math.ceil(batch_size / mesh.size)
     if chunk_size is None:
         on_cpu = all(device.platform == "cpu" for device in mesh.devices.flat)
-        chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if on_cpu else local
+        long_run = batch_size * num_bodies * num_steps >= CHUNK_MIN_WORK
+        chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if on_cpu and long_run else local
     chunks = math.ceil(local / min(chunk_size, local))
     return math.ceil(local / chunks)
 

@@ -242,20 +242,24 @@ def test_chunks_change_nothing_but_the_schedule(compilations):
 
 
 def test_default_chunks():
-    """The default chunk: `CHUNK_BODIES // n` members, at most `MAX_CHUNK`, evened out over the
-    slice; a GPU's slice is never chunked. Bad values of `chunk_size` are refused."""
-    from s2jax._batch import CHUNK_BODIES, MAX_CHUNK, _chunk
+    """The default chunk: on CPU, from `CHUNK_MIN_WORK` body-steps, `CHUNK_BODIES // n` members, at
+    most `MAX_CHUNK`, evened out over the slice; a shorter run, or a GPU's slice, is not chunked.
+    Bad values of `chunk_size` are refused."""
+    from s2jax._batch import CHUNK_BODIES, CHUNK_MIN_WORK, MAX_CHUNK, _chunk
 
     cpu = Mesh(np.array(jax.devices("cpu")[:1]), ("batch",))
-    assert CHUNK_BODIES // 2 >= MAX_CHUNK == _chunk(None, 1024, cpu, 2)
-    assert _chunk(None, 1000, cpu, 2) == 63  # 16 chunks of 63, not 15 of 64 and one of 40
-    assert _chunk(None, 1024, cpu, 16) == CHUNK_BODIES // 16
-    assert _chunk(None, 10, cpu, 2) == 10  # a slice smaller than a chunk is one chunk
-    assert _chunk(None, 10, cpu, 10 * CHUNK_BODIES) == 1
-    assert _chunk(4, 10, cpu, 2) == 4  # 3 chunks of 4 (two members of padding), as asked
+    steps = int(CHUNK_MIN_WORK)  # long enough for any batch below
+    assert CHUNK_BODIES // 2 >= MAX_CHUNK == _chunk(None, 1024, cpu, 2, steps)
+    assert _chunk(None, 1000, cpu, 2, steps) == 63  # 16 chunks of 63, not 15 of 64 and one of 40
+    assert _chunk(None, 1024, cpu, 16, steps) == CHUNK_BODIES // 16
+    assert _chunk(None, 10, cpu, 2, steps) == 10  # a slice smaller than a chunk is one chunk
+    assert _chunk(None, 10, cpu, 10 * CHUNK_BODIES, steps) == 1
+    short = int(CHUNK_MIN_WORK // (1024 * 2)) - 1
+    assert _chunk(None, 1024, cpu, 2, short) == 1024  # not worth the extra compilation
+    assert _chunk(4, 10, cpu, 2, 1) == 4  # 3 chunks of 4 (two members of padding), as asked
     for bad in (0, -2, 2.0, True):
         with pytest.raises(ValueError, match="chunk_size must be a positive int"):
-            _chunk(bad, 10, cpu, 2)
+            _chunk(bad, 10, cpu, 2, steps)
 
 
 def test_a_batch_of_a_non_2_2_lagrangian_runs_the_general_integrator():
