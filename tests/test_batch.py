@@ -204,10 +204,12 @@ def test_one_device_matches_simulate():
         np.testing.assert_allclose(batch.q[b], alone.q, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_chunks_change_nothing_but_the_schedule(compilations):
     """On CPU each device maps its slice in chunks (`chunk_size`): 7 double pendula, l1 per member,
     in chunks of 3 (so 2 members of padding) give what the whole slice and `jax.vmap(simulate)`
-    give; a member that fails is named by its own index; new values do not recompile."""
+    give, and so do their gradients in l1; a member that fails is named by its own index; new
+    values do not recompile."""
     keys = jax.random.split(jax.random.PRNGKey(3), 7)
     q0, omega0 = jax.vmap(lambda k: s2.random_state(k, 2))(keys)
     omega0 = omega0.at[5].multiply(300.0)  # member 5: no rotation solves (3.16) at its first step
@@ -237,6 +239,15 @@ def test_chunks_change_nothing_but_the_schedule(compilations):
         np.testing.assert_allclose(getattr(chunked, field), getattr(vmapped, field), rtol=0, atol=1e-12)
     with pytest.raises(s2.SimulationError, match=r"batch index \(5,\)\): step 0 → 1"):
         run(3, throw=True)
+
+    def height(lengths, chunk_size):  # the members that do not fail, to their last save
+        sol = s2.simulate_batch(dsp.lagrangian, q0[:5], omega0[:5], {**params, "l1": lengths}, chunk_size=chunk_size,
+                                **options)
+        return jnp.sum(sol.q[:, -1, 1, 2])
+
+    chunked_gradient, whole_gradient = (jax.grad(height)(lengths[:5], chunk) for chunk in (2, 5))
+    assert np.all(np.abs(np.asarray(chunked_gradient)) > 1e-6)
+    np.testing.assert_allclose(chunked_gradient, whole_gradient, rtol=1e-10)
     reversed_omega0 = jax.block_until_ready(omega0[::-1])
     assert compilations(lambda: run(3, omega0=reversed_omega0).q.block_until_ready()) == 0
 
