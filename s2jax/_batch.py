@@ -35,6 +35,7 @@ from ._errors import error_if, raise_if_failed
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._jit import filter_jit
+from ._loop import MEMBERS_AXIS
 from ._plan import plan
 from ._results import RESULTS
 from ._simulate import simulate
@@ -214,11 +215,14 @@ def _chunk(chunk_size, batch_size, mesh, num_bodies, num_steps):
         raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
     local = math.ceil(batch_size / mesh.size)
     if chunk_size is None:
-        on_cpu = all(device.platform == "cpu" for device in mesh.devices.flat)
         long_run = batch_size * num_bodies * num_steps >= CHUNK_MIN_WORK
-        chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if on_cpu and long_run else local
+        chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if _on_cpu(mesh) and long_run else local
     chunks = math.ceil(local / min(chunk_size, local))
     return math.ceil(local / chunks)
+
+
+def _on_cpu(mesh) -> bool:
+    return all(device.platform == "cpu" for device in mesh.devices.flat)
 
 
 @filter_jit
@@ -238,6 +242,7 @@ def _sharded_vmap(one: _Member, mesh, chunk: int, axes, q0, omega0, dynamic, dt)
     shared = PartitionSpec()
     dynamic = jtu.tree_map(lambda x, axis: x if axis is None else pad(x), dynamic, axes)
     params_specs = jtu.tree_map(lambda _, axis: shared if axis is None else batched, dynamic, axes)
+    on_cpu = _on_cpu(mesh)
 
     def local(q0, omega0, dynamic, dt):
         batched_params, shared_params = eqx.partition(dynamic, jtu.tree_map(lambda _, axis: axis == 0, dynamic, axes))
@@ -246,9 +251,15 @@ def _sharded_vmap(one: _Member, mesh, chunk: int, axes, q0, omega0, dynamic, dt)
             q0, omega0, batched_params = inputs
             return one(q0, omega0, eqx.combine(batched_params, shared_params), dt)
 
+        # On CPU the members' loops step together (`_loop.MEMBERS_AXIS`); on a GPU a `lax.cond`
+        # on a value reduced over them would wait for the device every step.
+        members = jax.vmap(member, axis_name=MEMBERS_AXIS if on_cpu else None)
+        inputs = (q0, omega0, batched_params)
         if chunk == q0.shape[0]:
-            return jax.vmap(member)((q0, omega0, batched_params))
-        return lax.map(member, (q0, omega0, batched_params), batch_size=chunk)
+            return members(inputs)
+        chunks = q0.shape[0] // chunk
+        solutions = lax.map(members, jtu.tree_map(lambda x: x.reshape(chunks, chunk, *x.shape[1:]), inputs))
+        return jtu.tree_map(lambda x: x.reshape(chunks * chunk, *x.shape[2:]), solutions)
 
     # check_vma=False: the per-device program has no collectives for the check to guard, and
     # the integrators' loops start carries from constants (unsharded) that become per-member

@@ -252,6 +252,39 @@ def test_chunks_change_nothing_but_the_schedule(compilations):
     assert compilations(lambda: run(3, omega0=reversed_omega0).q.block_until_ready()) == 0
 
 
+@pytest.mark.slow
+def test_members_step_together_and_a_failure_inside_a_run_is_frozen():
+    """On CPU `simulate_batch`'s members step together (`_loop.MEMBERS_AXIS`: a step that every
+    member of the vmap took skips the per-member selects). Member 3 (g = 3e4) fails at step 4,
+    mid-block, while its chunk-mate goes on: every member equals its own `simulate` run under a
+    plain `jax.vmap` (codes, failed steps, q and ω), and member 3's later saves repeat its last
+    good state bitwise."""
+    q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
+    scales = jnp.asarray([1.0, 0.9, 1.1, 1.0])
+    gravities = jnp.asarray([9.81, 9.81, 9.81, 3e4])
+    params = {**dsp.paper_params(), "g": gravities}
+    axes = {**dict.fromkeys(params), "g": 0}
+    qs, omegas = jnp.broadcast_to(q0, (4, 2, 3)), scales[:, None, None] * omega0[None]
+    options = dict(dt=0.01, num_steps=30, save_every=5, throw=False)
+
+    def batch(omegas):
+        return s2.simulate_batch(dsp.lagrangian, qs, omegas, params, params_axis=axes, chunk_size=2, **options)
+
+    together = batch(omegas)
+    alone = jax.vmap(lambda q, w, g: s2.simulate(dsp.lagrangian, q, w, {**dsp.paper_params(), "g": g}, **options))(
+        qs, omegas, gravities
+    )
+    assert "pmin" in str(jax.make_jaxpr(batch)(omegas))  # the members' loops step together
+    assert np.flatnonzero(np.asarray(together.result._value)).tolist() == [3]
+    np.testing.assert_array_equal(together.failed_step, alone.failed_step)
+    assert int(together.failed_step[3]) == 4
+    np.testing.assert_array_equal(together.result._value, alone.result._value)
+    for field in ("q", "omega"):
+        np.testing.assert_allclose(getattr(together, field), getattr(alone, field), rtol=0, atol=1e-12)
+        frozen = np.asarray(getattr(together, field)[3, 1:])
+        np.testing.assert_array_equal(frozen, np.broadcast_to(frozen[0], frozen.shape))
+
+
 def test_default_chunks():
     """The default chunk: on CPU, from `CHUNK_MIN_WORK` body-steps, `CHUNK_BODIES // n` members, at
     most `MAX_CHUNK`, evened out over the slice; a shorter run, or a GPU's slice, is not chunked.
