@@ -13,7 +13,7 @@ over the batch split across all devices (one `shard_map` slice per device, `vmap
   what that loop costs there; its final states are compared with the default VI's, and a member
   not converged in three iterations would fail the run);
 - on CPU, each again in the chunks of 64 members that `simulate_batch` takes by default for
-  a run of ≥ 5·10⁷ body-steps (this one, 2·10⁶, runs each device's whole slice at once);
+  a run of ≥ 10⁸ body-steps (this one, 2·10⁶, runs each device's whole slice at once);
 - a hand-written RK4 on (2.9)–(2.10) in `lax.scan` whose 2-body solve for ω̇ is written in
   closed form (below), the fastest fair form of the baseline; its field is checked against
   `LagrangianSystem.angular_acceleration` before it is timed. It runs vmapped over each device's
@@ -51,7 +51,7 @@ DT = 0.01
 REPEATS = 5
 HAND = "hand-written RK4 (closed-form solve)"
 HAND_CHUNKS = (16, 64)  # chunked as `simulate_batch` chunks on CPU (`_common.sharded_batch`)
-# `simulate_batch`'s chunk on CPU for a run of ≥ 5·10⁷ body-steps (its `chunk_size` docs): 256 bodies, at most
+# `simulate_batch`'s chunk on CPU for a run of ≥ 10⁸ body-steps (its `chunk_size` docs): 256 bodies, at most
 # 64 members; this benchmark's 1024 × 1000 steps of 2 bodies is shorter, so its default rows are unchunked.
 CHUNK = 64
 

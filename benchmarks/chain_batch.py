@@ -30,7 +30,7 @@ Thomas's elimination written out over n (which XLA vectorises over the batch) an
 `lax.linalg.tridiagonal_solve` (LAPACK's gtsv per member on CPU), each vmapped over a device's
 whole slice and, as `simulate_batch` does on CPU, in chunks of 8, 16 and 32 members (`lax.map` of
 the vmap, `_common.sharded_batch`); the fastest of these rows is the baseline. s2jax's methods also run
-in chunks of 16 (`chunk_size`), as `simulate_batch` runs a 16-link chain on CPU from 5·10⁷ body-steps
+in chunks of 16 (`chunk_size`), as `simulate_batch` runs a 16-link chain on CPU from 10⁸ body-steps
 (this run, 1.6·10⁷, is shorter: its default rows are unchunked). The field is checked against
 s2jax's `LagrangianSystem.angular_acceleration` (q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
 
@@ -168,7 +168,7 @@ def measure(n, batch_size, num_steps):
         "VariationalIntegrator": s2.VariationalIntegrator(), "RungeKutta4": s2.RungeKutta4(), "Rattle": s2.Rattle(),
     }
     on_cpu = jax.default_backend() == "cpu"
-    chunk = max(1, min(64, 256 // n))  # simulate_batch's chunk on CPU for a run of ≥ 5·10⁷ body-steps
+    chunk = max(1, min(64, 256 // n))  # simulate_batch's chunk on CPU for a run of ≥ 10⁸ body-steps
     for name, integrator, chunk_size in [
         *((name, integrator, None) for name, integrator in methods.items()),
         *((f"{name}, chunks of {chunk}", integrator, chunk) for name, integrator in methods.items() if on_cpu),

@@ -11,9 +11,10 @@ On CPU a long run maps each device's slice a chunk of members at a time (`lax.ma
 `jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3), and every
 fusion of it streams them through the cache: with the whole slice of 1024 double pendula a VI
 step's ~76 fusions run from L3, and its loop is too large for XLA to compile whole
-(`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.25× the
-throughput on the double pendulum, 1.5× on a 16-link chain, but ~1–2 s more compile time, so only
-from `CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
+(`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.12–1.14× the
+throughput on the double pendulum, 0.96–1.36× on a 16-link chain (one / two host devices), with
+the members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from
+`CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
 """
 
 import functools
@@ -49,10 +50,10 @@ CHUNK_BODIES = 256
 """On CPU, the bodies (members × n) that a device vmaps at a time, at most `MAX_CHUNK` members: the
 fastest chunks measured on the double pendulum (32–64 members) and the 16-link chain (8–32)."""
 MAX_CHUNK = 64
-CHUNK_MIN_WORK = 5e7
+CHUNK_MIN_WORK = 1e8
 """On CPU, the body-steps (B × n × num_steps) from which a run is chunked by default: where the
-time the chunks save pays for their extra compilation (measured break-even: 5·10⁷ on the double
-pendulum, 3·10⁷ on the 16-link chain)."""
+time the chunks save pays for ~1 s of extra compilation (measured break-even ~9·10⁷ on the double
+pendulum, ~5·10⁷ on the 16-link chain over two host devices; on one, chunks did not gain there)."""
 
 
 def simulate_batch(
@@ -93,10 +94,10 @@ def simulate_batch(
     - `devices`: the devices to split the batch over, each given an equal share.
     - `chunk_size`: how many members a device vmaps at a time (the rest of its slice follows
       in a `lax.map`); the result does not depend on it beyond round-off. Default: on CPU, for
-      a run of at least 5·10⁷ body-steps (B × n × `num_steps`), 256 // n members (at least 1,
-      at most 64), which runs 1.2–1.6× faster for ~1–2 s more compile time; otherwise, and on a
-      GPU, the whole slice (docs/batches.md, "Chunks on CPU"). Each device's slice is padded to
-      a multiple of it.
+      a run of at least 10⁸ body-steps (B × n × `num_steps`), 256 // n members (at least 1,
+      at most 64), up to 1.4× faster for ~1 s more compile time; otherwise, and on a GPU, the
+      whole slice (docs/batches.md, "Chunks on CPU"). Each device's slice is padded to a
+      multiple of it.
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
       Either way one failing member does not change the others. Inside `jax.jit` or
