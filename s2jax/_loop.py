@@ -154,7 +154,7 @@ class Loop(eqx.Module):
         running = carry.result == RESULTS.successful
         h = dt * jnp.where(running, 1.0, _FROZEN_STEP_FRACTION)  # dt itself while running (× 1.0 is exact)
 
-        def advance(carry):
+        def attempt(carry):
             step_args = self.control(carry.step, carry.y, args, dt, u)
             y, state, result = self.advance(
                 self.time(carry.step, dt), h, carry.y, carry.state, step_args, lazy=self.lazy
@@ -173,7 +173,7 @@ class Loop(eqx.Module):
             # its step, the selects of `take` change nothing and are skipped: an unbatched
             # `lax.cond`, its predicate reduced over the members. 1024 double pendula in chunks of
             # 64: VI 183 → 163 ms, `Rattle` 84 → 69 ms, the same bits (docs/batches.md).
-            stepped = advance(carry)
+            stepped = attempt(carry)
             everyone = lax.pmin(stepped[3].astype(jnp.int32), MEMBERS_AXIS) == 1
 
             def took(stepped):
@@ -185,7 +185,7 @@ class Loop(eqx.Module):
         def skip(carry):
             return dataclasses.replace(carry, step=carry.step + 1)
 
-        return lax.cond(running, lambda carry: take(carry, advance(carry)), skip, carry)
+        return lax.cond(running, lambda carry: take(carry, attempt(carry)), skip, carry)
 
     def controls_by_save(self, controls):
         """The controls as (num_saves, save_every, …): the rows of each block between saves."""
