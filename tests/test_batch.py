@@ -275,6 +275,9 @@ def test_members_step_together_and_a_failure_inside_a_run_is_frozen():
         qs, omegas, gravities
     )
     assert "pmin" in str(jax.make_jaxpr(batch)(omegas))  # the members' loops step together
+    inside_jit = jax.jit(batch)(omegas)  # the same program inside a user's jax.jit
+    np.testing.assert_array_equal(inside_jit.result._value, together.result._value)
+    np.testing.assert_allclose(inside_jit.q, together.q, rtol=0, atol=1e-12)
     assert np.flatnonzero(np.asarray(together.result._value)).tolist() == [3]
     np.testing.assert_array_equal(together.failed_step, alone.failed_step)
     assert int(together.failed_step[3]) == 4
@@ -283,6 +286,22 @@ def test_members_step_together_and_a_failure_inside_a_run_is_frozen():
         np.testing.assert_allclose(getattr(together, field), getattr(alone, field), rtol=0, atol=1e-12)
         frozen = np.asarray(getattr(together, field)[3, 1:])
         np.testing.assert_array_equal(frozen, np.broadcast_to(frozen[0], frozen.shape))
+
+
+@pytest.mark.slow
+def test_a_forced_batch_in_chunks_equals_each_members_simulate():
+    """A force that reads ω (linear damping: the VI's velocity update is a Newton solve) through
+    `simulate_batch` in chunks of 2, members stepping together, against each member's `simulate`."""
+    q0, omega0 = (np.asarray(x) for x in dsp.paper_state())
+    scales = np.array([1.0, 0.5, 1.5])
+    force = s2.forces.LinearDamping(0.3)
+    options = dict(dt=0.01, num_steps=20, save_every=10, force=force)
+    batch = s2.simulate_batch(dsp.lagrangian, np.stack([q0] * 3), scales[:, None, None] * omega0[None],
+                              dsp.paper_params(), chunk_size=2, **options)
+    for b, scale in enumerate(scales):
+        alone = s2.simulate(dsp.lagrangian, q0, scale * omega0, dsp.paper_params(), **options)
+        np.testing.assert_allclose(batch.q[b], alone.q, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(batch.omega[b], alone.omega, rtol=0, atol=1e-12)
 
 
 def test_default_chunks():
