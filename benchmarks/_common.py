@@ -76,6 +76,29 @@ def sharded_batch(fn, chunk=None):
     return jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
 
 
+def batch_last(fn, chunk):
+    """`fn` over a batch with the members along the last axis: each device of a one-axis mesh of
+    all devices takes its slice of the (B, n, 3) inputs in chunks of `chunk` members, transposes
+    each chunk to (n, 3, chunk), calls `fn(q0, ω0)` on it (the hand-written baselines' fields
+    take such trailing batch axes) and transposes the final q back. The members then lie along
+    the minor axis of every array, where XLA vectorises the elementwise work across them; a
+    `vmap` puts them along the major axis, and every operation works on 3-vectors. The slice
+    must be a multiple of `chunk`. Compiled with s2jax's XLA options (`jit`)."""
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+
+    def local(q0, omega0):
+        def one(inputs):
+            q, omega = (jax.numpy.moveaxis(x, 0, -1) for x in inputs)
+            return jax.numpy.moveaxis(fn(q, omega), -1, 0)
+
+        chunks = [x.reshape(x.shape[0] // chunk, chunk, *x.shape[1:]) for x in (q0, omega0)]
+        final = jax.lax.map(one, tuple(chunks))
+        return final.reshape(-1, *final.shape[2:])
+
+    spec = PartitionSpec("batch")
+    return jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
+
+
 def timed(call) -> float:
     """Wall time of one `call()`, blocking on its outputs."""
     start = time.perf_counter()

@@ -18,7 +18,12 @@ over the batch split across all devices (one `shard_map` slice per device, `vmap
   closed form (below), the fastest fair form of the baseline; its field is checked against
   `LagrangianSystem.angular_acceleration` before it is timed. It runs vmapped over each device's
   whole slice and, as `simulate_batch` does on CPU, in chunks of 16 and 64 members
-  (`_common.sharded_batch`); the fastest row is the baseline of the `*_over_baseline` ratios.
+  (`_common.sharded_batch`), and written with the members along the last axis (`_common.batch_last`:
+  arrays of (2, 3, members), so that XLA vectorises every operation across the members, where a
+  `vmap` leaves it working on 3-vectors), on CPU in chunks of 32 and 64 members, on a GPU over the
+  whole slice. The fastest row is the baseline of the `over_baseline` ratios. s2jax's methods are
+  written per member and batched by `vmap`; the "members along the last axis" rows measure what
+  that layout costs them.
 
 Throughput is B · num_steps / (median wall time of 5 runs after a compiling run, whose time,
 compilation included, is `first_call_s`; the contenders' runs interleaved). float64.
@@ -42,7 +47,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-from _common import classical_rk4, interleaved_medians, sharded_batch, write  # noqa: E402
+from _common import batch_last, classical_rk4, interleaved_medians, sharded_batch, write  # noqa: E402
 
 import s2jax as s2  # noqa: E402
 
@@ -51,6 +56,10 @@ DT = 0.01
 REPEATS = 5
 HAND = "hand-written RK4 (closed-form solve)"
 HAND_CHUNKS = (16, 64)  # chunked as `simulate_batch` chunks on CPU (`_common.sharded_batch`)
+# The hand RK4 with the members along the last axis (`_common.batch_last`), in chunks that stay in
+# cache on CPU (a sweep of 8…256 on one host device, 1024 × 1000: 8.2 / 17.8 / 21.2 / 22.6 / 20.2 /
+# 13.0 M steps/s at 8 / 16 / 32 / 64 / 128 / 256; the whole slice at once 6.1); a GPU takes the whole slice.
+BATCH_LAST_CHUNKS = (32, 64)
 # `simulate_batch`'s chunk on CPU for a run of ≥ 10⁸ body-steps (its `chunk_size` docs): 256 bodies, at most
 # 64 members; this benchmark's 1024 × 1000 steps of 2 bodies is shorter, so its default rows are unchunked.
 CHUNK = 64
@@ -65,30 +74,41 @@ def closed_form_acceleration(q, omega, params):
     (M₁₁ − k B₁₂B₂₁) a = r₁ − (M₁₂/M₂₂) B₁₂ r₂ with k = M₁₂²/M₂₂, and on T_{q₁}S²
     B₁₂B₂₁ = c² I + w wᵀ with w = q₂ − c q₁, so Sherman–Morrison inverts it with d = M₁₁ − k c²:
     a = (s + k w (w·s) / (M₁₁ − k)) / d.
+
+    q and ω are (2, 3) for one member, or (2, 3, *batch) with the members along trailing axes
+    (`BATCH_LAST`): the components are always axis 1, so the same code serves both forms.
     """
     m1, m2, l1, l2, g = (params[k] for k in ("m1", "m2", "l1", "l2", "g"))
     m11, m12, m22 = (m1 + m2) * l1**2, m2 * l1 * l2, m2 * l2**2
     q1, q2 = q[0], q[1]
-    e3 = jnp.array([0.0, 0.0, 1.0])
+
+    def dot(a, b):
+        return jnp.sum(a * b, axis=0)
+
+    def cross(a, b):
+        return jnp.cross(a, b, axis=0)
+
+    e3 = jnp.array([0.0, 0.0, 1.0]).reshape(3, *[1] * (q1.ndim - 1))
     grad1, grad2 = -(m1 + m2) * g * l1 * e3, -m2 * g * l2 * e3
-    c = jnp.dot(q1, q2)
-    q1xq2 = jnp.cross(q1, q2)
-    r1 = -jnp.cross(q1, grad1) + m12 * jnp.dot(omega[1], omega[1]) * q1xq2
-    r2 = -jnp.cross(q2, grad2) - m12 * jnp.dot(omega[0], omega[0]) * q1xq2
+    c = dot(q1, q2)
+    q1xq2 = cross(q1, q2)
+    r1 = -cross(q1, jnp.broadcast_to(grad1, q1.shape)) + m12 * dot(omega[1], omega[1]) * q1xq2
+    r2 = -cross(q2, jnp.broadcast_to(grad2, q2.shape)) - m12 * dot(omega[0], omega[0]) * q1xq2
     k = m12**2 / m22
-    s = r1 - (m12 / m22) * (c * r2 - q2 * jnp.dot(q1, r2))
+    s = r1 - (m12 / m22) * (c * r2 - q2 * dot(q1, r2))
     w = q2 - c * q1
-    a = (s + k * w * jnp.dot(w, s) / (m11 - k)) / (m11 - k * c**2)
-    b = (r2 - m12 * (c * a - q1 * jnp.dot(q2, a))) / m22
+    a = (s + k * w * dot(w, s) / (m11 - k)) / (m11 - k * c**2)
+    b = (r2 - m12 * (c * a - q1 * dot(q2, a))) / m22
     return jnp.stack([a, b])
 
 
 def hand_rk4(q0, omega0, params, num_steps):
-    """num_steps of classical RK4 on (q̇, ω̇) = (ω × q, closed_form_acceleration), one member."""
+    """num_steps of classical RK4 on (q̇, ω̇) = (ω × q, closed_form_acceleration) from (q0, ω0) of
+    shape (2, 3) (one member) or (2, 3, *batch) (members along trailing axes)."""
 
     def field(y):
         q, omega = y
-        return jnp.cross(omega, q), closed_form_acceleration(q, omega, params)
+        return jnp.cross(omega, q, axis=1), closed_form_acceleration(q, omega, params)
 
     return classical_rk4(field, (q0, omega0), DT, num_steps)
 
@@ -146,6 +166,12 @@ def measure(batch_size, num_steps, fixed_iterations=False):
             continue
         rk4 = sharded_batch(lambda q, w: hand_rk4(q, w, params, num_steps)[0], chunk)
         calls[HAND + ("" if chunk is None else f", chunks of {chunk}")] = lambda rk4=rk4: rk4(q0, omega0)
+    for chunk in BATCH_LAST_CHUNKS if jax.default_backend() == "cpu" else (per_device,):
+        if per_device % chunk:
+            continue
+        rk4 = batch_last(lambda q, w: hand_rk4(q, w, params, num_steps)[0], chunk)
+        label = "" if chunk == per_device else f", chunks of {chunk}"
+        calls[f"{HAND}, members along the last axis{label}"] = lambda rk4=rk4: rk4(q0, omega0)
     first, final_q = {}, {}
     for name, call in calls.items():
         start = time.perf_counter()
@@ -159,6 +185,10 @@ def measure(batch_size, num_steps, fixed_iterations=False):
     # forms of ω̇ (this closed form, and (2.11) solved by s2jax) differ, so the gap is not zero
     hand, vi = final_q[HAND], final_q["VariationalIntegrator"]
     gaps = {"max_q_gap_rungekutta4_vs_hand_rk4": hand - final_q["RungeKutta4"]}
+    # the same arithmetic in another layout: equal but for rounding, grown over 1000 steps of chaos
+    gaps["max_q_gap_members_along_the_last_axis_vs_vmap"] = jnp.stack(
+        [final_q[name] - hand for name in final_q if "last axis" in name]
+    )
     if fixed_iterations:
         gaps["max_q_gap_fixed_iterations_vs_vi"] = final_q["VI, 3 fixed Newton iterations"] - vi
     for row in rows.values():

@@ -29,9 +29,11 @@ The state is (q, q̇) ∈ ℝ³ⁿ × ℝ³ⁿ: RK4 drifts off |q_i| = 1 by O(h�
 Thomas's elimination written out over n (which XLA vectorises over the batch) and
 `lax.linalg.tridiagonal_solve` (LAPACK's gtsv per member on CPU), each vmapped over a device's
 whole slice and, as `simulate_batch` does on CPU, in chunks of 8, 16 and 32 members (`lax.map` of
-the vmap, `_common.sharded_batch`); the fastest of these rows is the baseline. s2jax's methods also run
-in chunks of 16 (`chunk_size`), as `simulate_batch` runs a 16-link chain on CPU from 10⁸ body-steps
-(this run, 1.6·10⁷, is shorter: its default rows are unchunked). The field is checked against
+the vmap, `_common.sharded_batch`); and Thomas's form written with the members along the last axis
+(`_common.batch_last`: arrays of (n, 3, members), which XLA vectorises across the members, where a
+`vmap` works on 3-vectors), on CPU in chunks of 32 and 64. The fastest of these rows is the baseline.
+s2jax's methods also run in chunks of 16 (`chunk_size`), as `simulate_batch` runs a 16-link chain
+on CPU from 10⁸ body-steps (this run, 1.6·10⁷, is shorter: its default rows are unchunked). The field is checked against
 s2jax's `LagrangianSystem.angular_acceleration` (q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
 
 Each host-device count (1, 2) runs in its own process (the count is fixed when jax starts); the
@@ -54,7 +56,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import classical_rk4, interleaved_medians, sharded_batch, write  # noqa: E402
+from _common import batch_last, classical_rk4, interleaved_medians, sharded_batch, write  # noqa: E402
 from jax import lax  # noqa: E402
 
 import s2jax as s2  # noqa: E402
@@ -75,6 +77,10 @@ def swinging_states(n, batch_size, seed=0):
     return jnp.asarray(q), s2.project_tangent(q, 0.5 * eta)
 HAND = "hand-written RK4 (ambient, multipliers)"
 HAND_CHUNKS = (8, 16, 32)  # as `simulate_batch` chunks on CPU (`sharded_batch`); the fastest row is the baseline
+# With the members along the last axis (`batch_last`, Thomas written out), in chunks that stay in cache on CPU
+# (a sweep at 16 links, one host device, 1024 × 1000: 1.30 / 1.54 / 2.35 / 2.37 / 1.13 M steps/s at chunks of
+# 8 / 16 / 32 / 64 / 128, against 1.33 for the vmap in chunks of 16); a GPU takes the whole slice.
+BATCH_LAST_CHUNKS = (32, 64)
 
 
 def thomas_solve(lower, diagonal, upper, r):
@@ -102,16 +108,21 @@ def lapack_tridiagonal_solve(lower, diagonal, upper, r):
 
 def acceleration(q, v, bands, pf, solve):
     """q̈ of the chain with the multipliers of |q_i| = 1 (see the module docstring). `bands`:
-    the sub-, main and super-diagonals of P = M⁻¹, which is tridiagonal for a chain."""
-    below, main, above = bands
-    zero = jnp.zeros((1, 3), q.dtype)
-    q_below = jnp.concatenate([zero, q[:-1]])  # q_{i−1}
-    q_above = jnp.concatenate([q[1:], zero])  # q_{i+1}
-    r = -jnp.sum(v * v, axis=-1) - jnp.sum(q * pf, axis=-1)
-    lam = solve(below * jnp.sum(q * q_below, -1), main * jnp.sum(q * q, -1), above * jnp.sum(q * q_above, -1), r)
+    the sub-, main and super-diagonals of P = M⁻¹, which is tridiagonal for a chain. q and v are
+    (n, 3) for one member, or (n, 3, *batch) with the members along trailing axes (`batch_last`):
+    the links are axis 0 and the components axis 1 in both forms."""
+    below, main, above = (band.reshape(-1, *[1] * (q.ndim - 2)) for band in bands)  # per link
+
+    def links(x):  # x_{i−1} and x_{i+1}, zero beyond the ends
+        zero = jnp.zeros((1, *x.shape[1:]), x.dtype)
+        return jnp.concatenate([zero, x[:-1]]), jnp.concatenate([x[1:], zero])
+
+    q_below, q_above = links(q)
+    pf = pf.reshape(*pf.shape, *[1] * (q.ndim - 2))
+    r = -jnp.sum(v * v, axis=1) - jnp.sum(q * pf, axis=1)
+    lam = solve(below * jnp.sum(q * q_below, 1), main * jnp.sum(q * q, 1), above * jnp.sum(q * q_above, 1), r)
     lq = lam[:, None] * q
-    lq_below = jnp.concatenate([zero, lq[:-1]])
-    lq_above = jnp.concatenate([lq[1:], zero])
+    lq_below, lq_above = links(lq)
     return pf + below[:, None] * lq_below + main[:, None] * lq + above[:, None] * lq_above
 
 
@@ -132,14 +143,15 @@ def constants(params):
 
 
 def hand_rk4(q0, omega0, params, num_steps, solve):
-    """num_steps of classical RK4 on (q̇, v̇) = (v, q̈), from v₀ = ω₀ × q₀; returns the final q."""
+    """num_steps of classical RK4 on (q̇, v̇) = (v, q̈), from v₀ = ω₀ × q₀ ((n, 3) or (n, 3, *batch):
+    `acceleration`); returns the final q."""
     bands, pf, _ = constants(params)
 
     def field(y):
         q, v = y
         return v, acceleration(q, v, bands, pf, solve)
 
-    return classical_rk4(field, (q0, jnp.cross(omega0, q0)), DT, num_steps)[0]
+    return classical_rk4(field, (q0, jnp.cross(omega0, q0, axis=1)), DT, num_steps)[0]
 
 
 def check_field(params, n):
@@ -189,6 +201,14 @@ def measure(n, batch_size, num_steps):
             program = sharded_batch(lambda q, w, solve=solve: hand_rk4(q, w, params, num_steps, solve), chunk)
             name = f"{HAND}, {label}" + ("" if chunk is None else f", chunks of {chunk}")
             calls[name] = lambda program=program: program(q0, omega0)
+    for chunk in BATCH_LAST_CHUNKS if jax.default_backend() == "cpu" else (per_device,):
+        if per_device % chunk:
+            continue
+        program = batch_last(lambda q, w: hand_rk4(q, w, params, num_steps, thomas_solve), chunk)
+        name = f"{HAND}, Thomas written out, members along the last axis" + (
+            "" if chunk == per_device else f", chunks of {chunk}"
+        )
+        calls[name] = lambda program=program: program(q0, omega0)
     first, final_q = {}, {}
     for name, call in calls.items():
         start = time.perf_counter()
@@ -207,12 +227,16 @@ def measure(n, batch_size, num_steps):
     # RK4 on two forms of the same field (s2jax's in (q, ω), this one in (q, q̇)): both leave
     # |q_i| = 1 by O(h⁵) a step, so their final states differ by the integrators' error, not zero.
     gap = float(jnp.max(jnp.abs(final_q[fastest] - final_q["RungeKutta4"])))
+    # the same arithmetic in another layout: equal but for rounding, grown over 1000 steps of a chaotic chain
+    vmapped = final_q[f"{HAND}, Thomas written out"]
+    layouts = max(float(jnp.max(jnp.abs(final_q[name] - vmapped))) for name in final_q if "last axis" in name)
     return {
         "links": n, "batch_size": batch_size, "num_steps": num_steps, "methods": rows, "baseline": fastest,
         "over_baseline": {
             name: rows[name]["msteps_per_s"] / rows[fastest]["msteps_per_s"] for name in rows if name not in hands
         },
         "max_q_gap_rungekutta4_vs_baseline": gap,
+        "max_q_gap_members_along_the_last_axis_vs_vmap": layouts,
     }
 
 
