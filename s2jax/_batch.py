@@ -7,14 +7,18 @@ the `while_loop` of each Newton solve (002 (3.16)) would stop when every member 
 batch has converged, and its condition would be an all-reduce across devices at every
 iteration.
 
-On CPU a long run maps each device's slice a chunk of members at a time (`lax.map` of
-`jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3), and every
-fusion of it streams them through the cache: with the whole slice of 1024 double pendula a VI
-step's ~76 fusions run from L3, and its loop is too large for XLA to compile whole
-(`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.12–1.14× the
-throughput on the double pendulum, 0.96–1.36× on a 16-link chain (one / two host devices), with
-the members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from
-`CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
+On CPU, outside transformations, each chunk of 64 members runs with the members along the last
+axis of its arrays (`_members_last`, `members_last`): XLA vectorises every operation across them,
+2.0–2.5× the throughput of `jax.vmap` on the double pendulum (docs/batches.md, "The layout of a
+batch"). Otherwise (under `jax.jit` or `jax.grad`, or with `members_last=False`), a long run on
+CPU maps each device's slice a chunk of members at a time (`lax.map` of `jax.vmap`, `chunk_size`).
+A vmapped step works on arrays of shape (members, n, 3), and every fusion of it streams them
+through the cache: with the whole slice of 1024 double pendula a VI step's ~76 fusions run from L3,
+and its loop is too large for XLA to compile whole (`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES`
+bodies stay in L2 and compile whole: 1.12–1.14× the throughput on the double pendulum, 0.96–1.36×
+on a 16-link chain (one / two host devices), with the members stepping together
+(`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from `CHUNK_MIN_WORK` body-steps
+(measured: docs/batches.md, "Chunks on CPU").
 """
 
 import functools
@@ -35,8 +39,9 @@ from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if, raise_if_failed
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
-from ._jit import filter_jit
+from ._jit import filter_jit, trace_state_clean
 from ._loop import MEMBERS_AXIS
+from ._members_last import members_last as _members_last
 from ._plan import plan
 from ._results import RESULTS
 from ._simulate import simulate
@@ -50,6 +55,8 @@ CHUNK_BODIES = 256
 """On CPU, the bodies (members × n) that a device vmaps at a time, at most `MAX_CHUNK` members: the
 fastest chunks measured on the double pendulum (32–64 members) and the 16-link chain (8–32)."""
 MAX_CHUNK = 64
+MEMBERS_LAST_CHUNK = 64
+"""On CPU with the members along the last axis, the members a device evaluates at a time."""
 CHUNK_MIN_WORK = 1e8
 """On CPU, the body-steps (B × n × num_steps) from which a run is chunked by default: where the
 time the chunks save pays for ~1 s of extra compilation (measured break-even ~9·10⁷ on the double
@@ -72,6 +79,7 @@ def simulate_batch(
     adjoint: AbstractAdjoint | None = None,
     throw: bool = True,
     chunk_size: int | None = None,
+    members_last: bool | None = None,
 ) -> Solution:
     """`simulate` for each of B initial states, the batch split over `devices`.
 
@@ -92,12 +100,19 @@ def simulate_batch(
       `in_axes` of `jax.vmap`: `None` (shared), `0` (all, Python floats too), or a PyTree
       prefix of `params` with leaves 0 or None, e.g. `{"l1": 0, "l2": None, ...}`.
     - `devices`: the devices to split the batch over, each given an equal share.
-    - `chunk_size`: how many members a device vmaps at a time (the rest of its slice follows
-      in a `lax.map`); the result does not depend on it beyond round-off. Default: on CPU, for
-      a run of at least 10⁸ body-steps (B × n × `num_steps`), 256 // n members (at least 1,
-      at most 64), up to 1.4× faster for ~1 s more compile time; otherwise, and on a GPU, the
-      whole slice (docs/batches.md, "Chunks on CPU"). Each device's slice is padded to a
-      multiple of it.
+    - `chunk_size`: how many members a device batches at a time (the rest of its slice follows
+      in a `lax.map`); the result does not depend on it beyond round-off. Default: with the
+      members along the last axis, 64; else on CPU, for a run of at least 10⁸ body-steps
+      (B × n × `num_steps`), 256 // n members (at least 1, at most 64), up to 1.4× faster for
+      ~1 s more compile time; otherwise, and on a GPU, the whole slice (docs/batches.md,
+      "Chunks on CPU"). Each device's slice is padded to a multiple of it.
+    - `members_last`: evaluate each chunk with its members along the last axis of every array
+      (`s2jax._members_last`), where XLA's CPU compiler vectorises across them, instead of
+      `jax.vmap`'s first axis: the same results to round-off, 2.0–2.5× the throughput on the
+      double pendulum (docs/batches.md, "The layout of a batch"). Forward only: it drops the
+      Newton solves' custom derivatives, so it runs only outside `jax.jit`, `jax.grad` and
+      `jax.vmap`. Default (None): on CPU outside transformations; `False`: always `jax.vmap`;
+      `True`: refused under a transformation.
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
       Either way one failing member does not change the others. Inside `jax.jit` or
@@ -127,8 +142,9 @@ def simulate_batch(
     dynamic, static, axes = _split_params(params, params_axis, batch_size)
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
-    chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1], num_steps)
     dt = jnp.asarray(dt, dtype=q0.dtype)
+    members_last = _members_last_applies(members_last, mesh, (q0, omega0, dynamic, dt))
+    chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1], num_steps, members_last)
     if dt.shape != ():
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
     if not isinstance(dt, jax.core.Tracer) and not (np.isfinite(dt) and dt > 0):
@@ -138,7 +154,7 @@ def simulate_batch(
     first = jtu.tree_map(lambda axis, x: x[0] if axis == 0 else x, axes, dynamic, is_leaf=lambda x: x is None)
     the_plan = plan(lagrangian, q0[0], omega0[0], eqx.combine(first, static), integrator=integrator, force=force)
     member = _Member(the_plan.system, static, num_steps, the_plan.integrator, save_every, adjoint)
-    solution = _sharded_vmap(member, mesh, chunk, axes, q0, omega0, dynamic, dt)
+    solution = _sharded_vmap(member, mesh, chunk, members_last, axes, q0, omega0, dynamic, dt)
     if throw:
         codes = solution.result._value
         if isinstance(codes, jax.core.Tracer):
@@ -208,14 +224,16 @@ def _split_params(params, params_axis, batch_size):
     return dynamic, static, axes
 
 
-def _chunk(chunk_size, batch_size, mesh, num_bodies, num_steps):
-    """The members a device vmaps at a time: `chunk_size`, or the default of `simulate_batch`,
+def _chunk(chunk_size, batch_size, mesh, num_bodies, num_steps, members_last=False):
+    """The members a device batches at a time: `chunk_size`, or the default of `simulate_batch`,
     evened out so that the chunks of a device's slice differ in size by less than one member
     each (1000 members in chunks of at most 64: 16 of 63, padded to 1008, not 16 of 64)."""
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
     local = math.ceil(batch_size / mesh.size)
-    if chunk_size is None:
+    if chunk_size is None and members_last:
+        chunk_size = MEMBERS_LAST_CHUNK
+    elif chunk_size is None:
         long_run = batch_size * num_bodies * num_steps >= CHUNK_MIN_WORK
         chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if _on_cpu(mesh) and long_run else local
     chunks = math.ceil(local / min(chunk_size, local))
@@ -226,10 +244,29 @@ def _on_cpu(mesh) -> bool:
     return all(device.platform == "cpu" for device in mesh.devices.flat)
 
 
+def _members_last_applies(requested: bool | None, mesh, inputs) -> bool:
+    """Whether the members run along the last axis (`_members_last`): `requested`, or by default
+    on CPU; never where anything may differentiate the batch (inside `jax.jit`, `jax.grad`,
+    `jax.vmap`, ... or with traced inputs), for that path evaluates the Newton solves' custom
+    derivatives through their primal."""
+    if requested is not None and not isinstance(requested, bool):
+        raise ValueError(f"members_last must be True, False or None; got {requested!r}")
+    transformed = not trace_state_clean() or any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(inputs))
+    if requested and transformed:
+        raise ValueError(
+            "simulate_batch(members_last=True) runs outside jax.jit, jax.grad and jax.vmap only: it "
+            "does not keep the custom derivatives of the Newton solves. Pass members_last=None or False there."
+        )
+    if requested is None:
+        return _on_cpu(mesh) and not transformed
+    return requested
+
+
 @filter_jit
-def _sharded_vmap(one: _Member, mesh, chunk: int, axes, q0, omega0, dynamic, dt):
+def _sharded_vmap(one: _Member, mesh, chunk: int, members_last: bool, axes, q0, omega0, dynamic, dt):
     """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it, `chunk`
-    members at a time; `axes` says which leaves of `dynamic` (the array leaves of params) are
+    members at a time, with the members along the last axis where `members_last`
+    (`_members_last`); `axes` says which leaves of `dynamic` (the array leaves of params) are
     batched too."""
     batch_size = q0.shape[0]
     per_device = math.ceil(math.ceil(batch_size / mesh.size) / chunk) * chunk
@@ -252,10 +289,20 @@ def _sharded_vmap(one: _Member, mesh, chunk: int, axes, q0, omega0, dynamic, dt)
             q0, omega0, batched_params = inputs
             return one(q0, omega0, eqx.combine(batched_params, shared_params), dt)
 
-        # On CPU the members' loops step together (`_loop.MEMBERS_AXIS`); on a GPU a `lax.cond`
-        # on a value reduced over them would wait for the device every step.
-        members = jax.vmap(member, axis_name=MEMBERS_AXIS if on_cpu else None)
         inputs = (q0, omega0, batched_params)
+        if members_last:
+            example = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
+            # The members step together here too (`_loop.MEMBERS_AXIS`): its `lax.pmin` is a
+            # reduction over the trailing axis.
+            last = _members_last(member, example, axis_name=MEMBERS_AXIS, members=chunk)
+
+            def members(inputs):
+                moved = jtu.tree_map(lambda x: jnp.moveaxis(x, 0, -1), inputs)
+                return jtu.tree_map(lambda x: jnp.moveaxis(x, -1, 0), last(moved))
+        else:
+            # On CPU the members' loops step together (`_loop.MEMBERS_AXIS`); on a GPU a `lax.cond`
+            # on a value reduced over them would wait for the device every step.
+            members = jax.vmap(member, axis_name=MEMBERS_AXIS if on_cpu else None)
         if chunk == q0.shape[0]:
             return members(inputs)
         chunks = q0.shape[0] // chunk
