@@ -4,16 +4,19 @@
 
 B random initial states of the double spherical pendulum (`s2.random_state`, paper params),
 `num_steps` steps of h = 0.01 each, only the first and last states saved. Three methods, each
-over the batch split across all devices (one `shard_map` slice per device, `vmap` inside):
+over the batch split across all devices (one `shard_map` slice per device):
 
-- `VariationalIntegrator` through `s2.simulate_batch` (the default integrator);
-- `Rattle` and `RungeKutta4` through `s2.simulate_batch`;
+- `VariationalIntegrator` through `s2.simulate_batch` (the default integrator), `vmap`ped over
+  each device's whole slice (`members_last=False`);
+- `Rattle` and `RungeKutta4` the same way;
 - on a GPU, also the VI with its Newton iterations fixed at three (`unrolled=3`,
   `NewtonSettings(max_steps=3)`: no convergence loop inside the step, an experiment to measure
   what that loop costs there; its final states are compared with the default VI's, and a member
   not converged in three iterations would fail the run);
-- on CPU, each again in the chunks of 64 members that `simulate_batch` takes by default for
-  a run of ≥ 10⁸ body-steps (this one, 2·10⁶, runs each device's whole slice at once);
+- on CPU, each again in the chunks of 64 members that a vmapped `simulate_batch` takes for a run of
+  ≥ 10⁸ body-steps (`members_last=False`; this one, 2·10⁶, would run each device's whole slice at once);
+- each with the members along the last axis (`members_last=True`: `simulate_batch`'s default on
+  CPU outside transformations, in chunks of 64 there; on a GPU over the whole slice);
 - a hand-written RK4 on (2.9)–(2.10) in `lax.scan` whose 2-body solve for ω̇ is written in
   closed form (below), the fastest fair form of the baseline; its field is checked against
   `LagrangianSystem.angular_acceleration` before it is timed. It runs vmapped over each device's
@@ -21,9 +24,7 @@ over the batch split across all devices (one `shard_map` slice per device, `vmap
   (`_common.sharded_batch`), and written with the members along the last axis (`_common.batch_last`:
   arrays of (2, 3, members), so that XLA vectorises every operation across the members, where a
   `vmap` leaves it working on 3-vectors), on CPU in chunks of 32 and 64 members, on a GPU over the
-  whole slice. The fastest row is the baseline of the `over_baseline` ratios. s2jax's methods are
-  written per member and batched by `vmap`; the "members along the last axis" rows measure what
-  that layout costs them.
+  whole slice. The fastest row is the baseline of the `over_baseline` ratios.
 
 Throughput is B · num_steps / (median wall time of 5 runs after a compiling run, whose time,
 compilation included, is `first_call_s`; the contenders' runs interleaved). float64.
@@ -127,21 +128,22 @@ def check_closed_form(params):
 
 
 def _methods(fixed_iterations):
-    """{name: (integrator, chunk_size of `simulate_batch`)}: each method as `simulate_batch` runs it
-    by default (on CPU at this size, each device's whole slice vmapped at once) and, on CPU, in
-    the chunks of a long run (`CHUNK`)."""
+    """{name: (integrator, chunk_size, members_last) of `simulate_batch`}: each method vmapped over
+    each device's whole slice, on CPU also in the chunks of a long run (`CHUNK`), and with the
+    members along the last axis (`simulate_batch`'s default on CPU outside transformations)."""
     methods = {}
     for name, integrator in (
         ("VariationalIntegrator", s2.VariationalIntegrator()),
         ("Rattle", s2.Rattle()),
         ("RungeKutta4", s2.RungeKutta4()),
     ):
-        methods[name] = (integrator, None)
+        methods[name] = (integrator, None, False)
         if jax.default_backend() == "cpu":
-            methods[f"{name}, chunks of {CHUNK}"] = (integrator, CHUNK)
+            methods[f"{name}, chunks of {CHUNK}"] = (integrator, CHUNK, False)
+        methods[f"{name}, members along the last axis"] = (integrator, None, True)
     if fixed_iterations:
         methods["VI, 3 fixed Newton iterations"] = (
-            s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=3), unrolled=3), None
+            s2.VariationalIntegrator(newton=s2.NewtonSettings(max_steps=3), unrolled=3), None, False
         )
     return methods
 
@@ -151,12 +153,12 @@ def measure(batch_size, num_steps, fixed_iterations=False):
     params = jax.tree_util.tree_map(jnp.asarray, dsp.paper_params())
     q0, omega0 = jax.vmap(lambda k: s2.random_state(k, 2))(jax.random.split(jax.random.PRNGKey(0), batch_size))
     calls = {}
-    for name, (integrator, chunk_size) in _methods(fixed_iterations).items():
+    for name, (integrator, chunk_size, members_last) in _methods(fixed_iterations).items():
 
-        def run(integrator=integrator, chunk_size=chunk_size):
+        def run(integrator=integrator, chunk_size=chunk_size, members_last=members_last):
             return s2.simulate_batch(
                 dsp.lagrangian, q0, omega0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
-                integrator=integrator, chunk_size=chunk_size,
+                integrator=integrator, chunk_size=chunk_size, members_last=members_last,
             ).q[:, -1]
 
         calls[name] = run
@@ -185,6 +187,10 @@ def measure(batch_size, num_steps, fixed_iterations=False):
     # forms of ω̇ (this closed form, and (2.11) solved by s2jax) differ, so the gap is not zero
     hand, vi = final_q[HAND], final_q["VariationalIntegrator"]
     gaps = {"max_q_gap_rungekutta4_vs_hand_rk4": hand - final_q["RungeKutta4"]}
+    # s2jax's methods along either axis: the same arithmetic but for the order of small sums, grown by chaos
+    gaps["max_q_gap_members_last_vs_vmap"] = jnp.stack(
+        [final_q[f"{m}, members along the last axis"] - final_q[m] for m in ("VariationalIntegrator", "Rattle")]
+    )
     # the same arithmetic in another layout: equal but for rounding, grown over 1000 steps of chaos
     gaps["max_q_gap_members_along_the_last_axis_vs_vmap"] = jnp.stack(
         [final_q[name] - hand for name in final_q if "last axis" in name]

@@ -32,9 +32,11 @@ whole slice and, as `simulate_batch` does on CPU, in chunks of 8, 16 and 32 memb
 the vmap, `_common.sharded_batch`); and Thomas's form written with the members along the last axis
 (`_common.batch_last`: arrays of (n, 3, members), which XLA vectorises across the members, where a
 `vmap` works on 3-vectors), on CPU in chunks of 32 and 64. The fastest of these rows is the baseline.
-s2jax's methods also run in chunks of 16 (`chunk_size`), as `simulate_batch` runs a 16-link chain
-on CPU from 10⁸ body-steps (this run, 1.6·10⁷, is shorter: its default rows are unchunked). The field is checked against
-s2jax's `LagrangianSystem.angular_acceleration` (q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
+s2jax's methods run vmapped over whole slices and in chunks of 16 (`members_last=False`; the
+chunks a vmapped `simulate_batch` takes from 10⁸ body-steps), and with the members along the last
+axis (`members_last=True`, `simulate_batch`'s default on CPU outside transformations: chunks of 64).
+The field is checked against s2jax's `LagrangianSystem.angular_acceleration`
+(q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
 
 Each host-device count (1, 2) runs in its own process (the count is fixed when jax starts); the
 contenders' runs are interleaved, median of 5, after a compiling run whose time (compilation
@@ -203,15 +205,16 @@ def measure(n, batch_size, num_steps):
     }
     on_cpu = jax.default_backend() == "cpu"
     chunk = max(1, min(64, 256 // n))  # simulate_batch's chunk on CPU for a run of ≥ 10⁸ body-steps
-    for name, integrator, chunk_size in [
-        *((name, integrator, None) for name, integrator in methods.items()),
-        *((f"{name}, chunks of {chunk}", integrator, chunk) for name, integrator in methods.items() if on_cpu),
+    for name, integrator, chunk_size, members_last in [
+        *((name, integrator, None, False) for name, integrator in methods.items()),
+        *((f"{name}, chunks of {chunk}", integrator, chunk, False) for name, integrator in methods.items() if on_cpu),
+        *((f"{name}, members along the last axis", integrator, None, True) for name, integrator in methods.items()),
     ]:
 
-        def run(integrator=integrator, chunk_size=chunk_size):
+        def run(integrator=integrator, chunk_size=chunk_size, members_last=members_last):
             return s2.simulate_batch(
                 chain.lagrangian, q0, omega0, params, dt=DT, num_steps=num_steps, save_every=num_steps,
-                integrator=integrator, chunk_size=chunk_size,
+                integrator=integrator, chunk_size=chunk_size, members_last=members_last,
             ).q[:, -1]
 
         calls[name] = run
@@ -253,7 +256,10 @@ def measure(n, batch_size, num_steps):
     short = short_run_gap(params, q0, omega0)
     # the same arithmetic in another layout: equal but for rounding, grown over 1000 steps of a chaotic chain
     vmapped = final_q[f"{HAND}, Thomas written out"]
-    layouts = max(float(jnp.max(jnp.abs(final_q[name] - vmapped))) for name in final_q if "last axis" in name)
+    layouts = max(float(jnp.max(jnp.abs(final_q[name] - vmapped))) for name in final_q if name.startswith(HAND)
+                  and "last axis" in name)
+    ours = max(float(jnp.max(jnp.abs(final_q[f"{name}, members along the last axis"] - final_q[name])))
+               for name in methods)
     return {
         "links": n, "batch_size": batch_size, "num_steps": num_steps, "methods": rows, "baseline": fastest,
         "over_baseline": {
@@ -262,6 +268,7 @@ def measure(n, batch_size, num_steps):
         "max_q_gap_rungekutta4_vs_baseline": gap,
         f"max_q_gap_rungekutta4_vs_baseline_after_{SHORT_STEPS}_steps": short,
         "max_q_gap_members_along_the_last_axis_vs_vmap": layouts,
+        "max_q_gap_members_last_vs_vmap_s2jax": ours,
     }
 
 
