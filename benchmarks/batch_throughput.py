@@ -193,7 +193,7 @@ def measure(batch_size, num_steps, fixed_iterations=False):
     )
     # the same arithmetic in another layout: equal but for rounding, grown over 1000 steps of chaos
     gaps["max_q_gap_members_along_the_last_axis_vs_vmap"] = jnp.stack(
-        [final_q[name] - hand for name in final_q if "last axis" in name]
+        [final_q[name] - hand for name in final_q if name.startswith(HAND) and "last axis" in name]
     )
     if fixed_iterations:
         gaps["max_q_gap_fixed_iterations_vs_vi"] = final_q["VI, 3 fixed Newton iterations"] - vi

@@ -7,19 +7,18 @@ the `while_loop` of each Newton solve (002 (3.16)) would stop when every member 
 batch has converged, and its condition would be an all-reduce across devices at every
 iteration.
 
-On CPU, outside transformations, each chunk of 64 members runs with the members along the last
-axis of its arrays (`_members_last`, `members_last`): XLA vectorises every operation across them,
-2.0–2.5× the throughput of `jax.vmap` on the double pendulum (docs/batches.md, "The layout of a
-batch"). Otherwise (under `jax.jit` or `jax.grad`, or with `members_last=False`), a long run on
-CPU maps each device's slice a chunk of members at a time (`lax.map` of `jax.vmap`, `chunk_size`).
-A vmapped step works on arrays of shape (members, n, 3), and every fusion of it streams them
-through the cache: with the whole slice of 1024 double pendula a VI step's ~76 fusions run from L3,
-and its loop is too large for XLA to compile whole (`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES`
-bodies stay in L2 and compile whole: 1.12–1.14× the throughput on the double pendulum, 0.96–1.36×
-on a 16-link chain (one / two host devices), with the members stepping together
-(`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from `CHUNK_MIN_WORK` body-steps
-(measured: docs/batches.md, "Chunks on CPU").
-"""
+On CPU, outside transformations, each chunk of members (`MEMBERS_LAST_BODIES` bodies, 16 to 64
+members) runs with the members along the last axis of its arrays (`_members_last`, `members_last`):
+XLA vectorises every operation across them, 2.0–2.5× the throughput of `jax.vmap` on the double
+pendulum (docs/batches.md, "The layout of a batch"). Otherwise (under `jax.jit` or `jax.grad`, or
+with `members_last=False`), a long run on CPU maps each device's slice a chunk of members at a time
+(`lax.map` of `jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3),
+and every fusion of it streams them through the cache: with the whole slice of 1024 double pendula
+a VI step's ~76 fusions run from L3, and its loop is too large for XLA to compile whole
+(`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.12–1.14× the
+throughput on the double pendulum, 0.96–1.36× on a 16-link chain (one / two host devices), with the
+members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from
+`CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU"). """
 
 import functools
 import math
@@ -55,11 +54,12 @@ CHUNK_BODIES = 256
 """On CPU, the bodies (members × n) that a device vmaps at a time, at most `MAX_CHUNK` members: the
 fastest chunks measured on the double pendulum (32–64 members) and the 16-link chain (8–32)."""
 MAX_CHUNK = 64
-MEMBERS_LAST_CHUNK = 64
-"""On CPU with the members along the last axis, the members a device evaluates at a time (1024
-double pendula × 1000 steps, one host device: VI 7.2 / 10.9 / 13.7 / 14.0 / 11.6 M steps/s in
-chunks of 16 / 32 / 64 / 128 / 256; 16-link chains, `Rattle` 1.45 / 1.41 / 1.65 / 1.59 and the VI
-0.49 / 0.58 / 0.48 / 0.34 in chunks of 16 / 32 / 64 / 128; ad hoc, one process each)."""
+MEMBERS_LAST_BODIES = 512
+"""On CPU with the members along the last axis, the bodies (members × n) a device evaluates at a
+time, between 16 and 64 members (1024 double pendula × 1000 steps, one host device: VI 7.2 / 10.9 /
+13.7 / 14.0 / 11.6 M steps/s in chunks of 16 / 32 / 64 / 128 / 256 members; 16-link chains, the VI
+0.49 / 0.58 / 0.48 / 0.34 and `Rattle` 1.45 / 1.41 / 1.65 / 1.59 in chunks of 16 / 32 / 64 / 128;
+ad hoc, one process each: the default integrator's best, 64 and 32 members)."""
 CHUNK_MIN_WORK = 1e8
 """On CPU, the body-steps (B × n × num_steps) from which a run is chunked by default: where the
 time the chunks save pays for ~1 s of extra compilation (measured break-even ~9·10⁷ on the double
@@ -103,12 +103,12 @@ def simulate_batch(
       `in_axes` of `jax.vmap`: `None` (shared), `0` (all, Python floats too), or a PyTree
       prefix of `params` with leaves 0 or None, e.g. `{"l1": 0, "l2": None, ...}`.
     - `devices`: the devices to split the batch over, each given an equal share.
-    - `chunk_size`: how many members a device batches at a time (the rest of its slice follows
-      in a `lax.map`); the result does not depend on it beyond round-off. Default: with the
-      members along the last axis, 64; else on CPU, for a run of at least 10⁸ body-steps
-      (B × n × `num_steps`), 256 // n members (at least 1, at most 64), up to 1.4× faster for
-      ~1 s more compile time; otherwise, and on a GPU, the whole slice (docs/batches.md,
-      "Chunks on CPU"). Each device's slice is padded to a multiple of it.
+    - `chunk_size`: how many members a device batches at a time (the rest of its slice follows in a
+      `lax.map`); the result does not depend on it beyond round-off. Default: with the members
+      along the last axis, 512 // n members (at least 16, at most 64); else on CPU, for a run of at
+      least 10⁸ body-steps (B × n × `num_steps`), 256 // n members (at least 1, at most 64), up to
+      1.4× faster for ~1 s more compile time; otherwise, and on a GPU, the whole slice
+      (docs/batches.md, "Chunks on CPU"). Each device's slice is padded to a multiple of it.
     - `members_last`: evaluate each chunk with its members along the last axis of every array
       (`s2jax._members_last`), where XLA's CPU compiler vectorises across them, instead of
       `jax.vmap`'s first axis: the same results to round-off, 2.0–2.5× the throughput on the
@@ -235,7 +235,7 @@ def _chunk(chunk_size, batch_size, mesh, num_bodies, num_steps, members_last=Fal
         raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
     local = math.ceil(batch_size / mesh.size)
     if chunk_size is None and members_last:
-        chunk_size = MEMBERS_LAST_CHUNK if _on_cpu(mesh) else local
+        chunk_size = max(16, min(MAX_CHUNK, MEMBERS_LAST_BODIES // num_bodies)) if _on_cpu(mesh) else local
     elif chunk_size is None:
         long_run = batch_size * num_bodies * num_steps >= CHUNK_MIN_WORK
         chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if _on_cpu(mesh) and long_run else local

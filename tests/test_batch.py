@@ -307,9 +307,9 @@ def test_a_forced_batch_in_chunks_equals_each_members_simulate():
 def test_default_chunks():
     """The default chunk: on CPU, from `CHUNK_MIN_WORK` body-steps, `CHUNK_BODIES // n` members, at
     most `MAX_CHUNK`, evened out over the slice; a shorter run, or a GPU's slice, is not chunked;
-    with the members along the last axis, `MEMBERS_LAST_CHUNK` members. Bad values of
+    with the members along the last axis, `MEMBERS_LAST_BODIES // n` members, 16 to `MAX_CHUNK`. Bad values of
     `chunk_size` are refused."""
-    from s2jax._batch import CHUNK_BODIES, CHUNK_MIN_WORK, MAX_CHUNK, MEMBERS_LAST_CHUNK, _chunk
+    from s2jax._batch import CHUNK_BODIES, CHUNK_MIN_WORK, MAX_CHUNK, MEMBERS_LAST_BODIES, _chunk
 
     cpu = Mesh(np.array(jax.devices("cpu")[:1]), ("batch",))
     steps = int(CHUNK_MIN_WORK)  # long enough for any batch below
@@ -324,8 +324,10 @@ def test_default_chunks():
     for bad in (0, -2, 2.0, True):
         with pytest.raises(ValueError, match="chunk_size must be a positive int"):
             _chunk(bad, 10, cpu, 2, steps)
-    # with the members along the last axis, chunks of MEMBERS_LAST_CHUNK for any run, n and slice
-    assert _chunk(None, 1024, cpu, 16, 10, members_last=True) == MEMBERS_LAST_CHUNK
+    # with the members along the last axis, chunks of MEMBERS_LAST_BODIES bodies for any run length
+    assert _chunk(None, 1024, cpu, 2, 10, members_last=True) == MAX_CHUNK
+    assert _chunk(None, 1024, cpu, 16, 10, members_last=True) == MEMBERS_LAST_BODIES // 16 == 32
+    assert _chunk(None, 1024, cpu, 100, 10, members_last=True) == 16
     assert _chunk(None, 1000, cpu, 2, 10, members_last=True) == 63
     assert _chunk(None, 10, cpu, 2, 10, members_last=True) == 10
     assert _chunk(4, 10, cpu, 2, 10, members_last=True) == 4
