@@ -95,6 +95,7 @@ def test_simulate_batch_members_last_equals_vmap(model, integrator):
         np.testing.assert_allclose(getattr(last, field), getattr(first, field), rtol=1e-13, atol=1e-11)
 
 
+@pytest.mark.slow
 def test_members_last_is_forward_only(compilations):
     """Only outside transformations: asked for inside `jax.jit` it is refused; by default there
     (and under `jax.grad`) the batch is vmapped. New values do not recompile it."""
