@@ -146,6 +146,7 @@ def simulate_batch(
     devices = jax.devices() if devices is None else list(devices)
     mesh = Mesh(np.array(devices), (_AXIS,))
     dt = jnp.asarray(dt, dtype=q0.dtype)
+    forced = members_last is True
     members_last = _members_last_applies(members_last, mesh, (q0, omega0, dynamic, dt))
     chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1], num_steps, members_last)
     if dt.shape != ():
@@ -157,7 +158,7 @@ def simulate_batch(
     first = jtu.tree_map(lambda axis, x: x[0] if axis == 0 else x, axes, dynamic, is_leaf=lambda x: x is None)
     the_plan = plan(lagrangian, q0[0], omega0[0], eqx.combine(first, static), integrator=integrator, force=force)
     member = _Member(the_plan.system, static, num_steps, the_plan.integrator, save_every, adjoint)
-    solution = _sharded_vmap(member, mesh, chunk, members_last, axes, q0, omega0, dynamic, dt)
+    solution = _sharded_vmap(member, mesh, chunk, members_last, forced, axes, q0, omega0, dynamic, dt)
     if throw:
         codes = solution.result._value
         if isinstance(codes, jax.core.Tracer):
@@ -266,11 +267,11 @@ def _members_last_applies(requested: bool | None, mesh, inputs) -> bool:
 
 
 @filter_jit
-def _sharded_vmap(one: _Member, mesh, chunk: int, members_last: bool, axes, q0, omega0, dynamic, dt):
+def _sharded_vmap(one: _Member, mesh, chunk: int, members_last: bool, forced: bool, axes, q0, omega0, dynamic, dt):
     """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it, `chunk`
     members at a time, with the members along the last axis where `members_last`
-    (`_members_last`); `axes` says which leaves of `dynamic` (the array leaves of params) are
-    batched too."""
+    (`_members_last`), unless, not `forced`, a primitive of the member's program has no rule
+    there; `axes` says which leaves of `dynamic` (the array leaves of params) are batched too."""
     batch_size = q0.shape[0]
     per_device = math.ceil(math.ceil(batch_size / mesh.size) / chunk) * chunk
     padded = per_device * mesh.size
@@ -293,11 +294,17 @@ def _sharded_vmap(one: _Member, mesh, chunk: int, members_last: bool, axes, q0, 
             return one(q0, omega0, eqx.combine(batched_params, shared_params), dt)
 
         inputs = (q0, omega0, batched_params)
+        last = None
         if members_last:
             example = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
             # The members step together here too (`_loop.MEMBERS_AXIS`): its `lax.pmin` is a
             # reduction over the trailing axis.
             last = _members_last(member, example, axis_name=MEMBERS_AXIS, members=chunk)
+            if not forced:
+                jax.eval_shape(last, jtu.tree_map(lambda x: jax.ShapeDtypeStruct((*x.shape, chunk), x.dtype), example))
+                if last.vmapped:
+                    last = None  # e.g. LAPACK's Cholesky of a dense M in every step: vmapped, it is faster
+        if last is not None:
 
             def members(inputs):
                 moved = jtu.tree_map(lambda x: jnp.moveaxis(x, 0, -1), inputs)

@@ -41,7 +41,9 @@ def test_every_rule_matches_vmap():
     x, y = (jax.random.normal(key, (*shape, members)) for key, shape in zip(keys, ((2, 3), (3,))))
     k = jax.random.uniform(keys[2], (members,))
     assert 30 * 30 * 3 * 30 > SMALL_PRODUCT  # `big` takes XLA's dot
-    ours = members_last(_every_rule, x[..., 0], y[..., 0], k[0])(x, y, k)
+    batched = members_last(_every_rule, x[..., 0], y[..., 0], k[0])
+    ours = batched(x, y, k)
+    assert batched.vmapped == {"gather"}  # the one primitive on batched values without a rule
     theirs = jax.vmap(_every_rule, in_axes=-1, out_axes=-1)(x, y, k)
     for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
         assert a.shape == b.shape and a.dtype == b.dtype
