@@ -114,8 +114,9 @@ def simulate_batch(
       `jax.vmap`'s first axis: the same results to round-off, 2.0–2.5× the throughput on the
       double pendulum (docs/batches.md, "The layout of a batch"). Forward only: it drops the
       Newton solves' custom derivatives, so it runs only outside `jax.jit`, `jax.grad` and
-      `jax.vmap`. Default (None): on CPU outside transformations; `False`: always `jax.vmap`;
-      `True`: refused under a transformation.
+      `jax.vmap`. Default (None): on CPU outside transformations, where every primitive on
+      batched values has a rule there (a dense M's LAPACK Cholesky has none: vmapped);
+      `False`: always `jax.vmap`; `True`: refused under a transformation.
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
       Either way one failing member does not change the others. Inside `jax.jit` or
