@@ -9,7 +9,7 @@ iteration.
 
 On CPU, outside transformations, each chunk of members (`MEMBERS_LAST_BODIES` bodies, 16 to 64
 members) runs with the members along the last axis of its arrays (`_members_last`, `members_last`):
-XLA vectorises every operation across them, 2.0–2.5× the throughput of `jax.vmap` on the double
+XLA vectorises every operation across them, 1.8–2.5× the throughput of `jax.vmap` on the double
 pendulum (docs/batches.md, "The layout of a batch"). Otherwise (under `jax.jit` or `jax.grad`, or
 with `members_last=False`), a long run on CPU maps each device's slice a chunk of members at a time
 (`lax.map` of `jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3),
@@ -111,7 +111,7 @@ def simulate_batch(
       (docs/batches.md, "Chunks on CPU"). Each device's slice is padded to a multiple of it.
     - `members_last`: evaluate each chunk with its members along the last axis of every array
       (`s2jax._members_last`), where XLA's CPU compiler vectorises across them, instead of
-      `jax.vmap`'s first axis: the same results to round-off, 2.0–2.5× the throughput on the
+      `jax.vmap`'s first axis: the same results to round-off, 1.8–2.5× the throughput on the
       double pendulum (docs/batches.md, "The layout of a batch"). Forward only: it drops the
       Newton solves' custom derivatives, so it runs only outside `jax.jit`, `jax.grad` and
       `jax.vmap`. Default (None): on CPU outside transformations, where every primitive on
