@@ -123,3 +123,25 @@ def test_members_last_is_forward_only(compilations):
     np.testing.assert_allclose(gradient, central, rtol=1e-6)
     run(omega0).q.block_until_ready()
     assert compilations(lambda: run(0.5 * omega0).q.block_until_ready()) == 0
+
+
+@pytest.mark.slow
+def test_a_dense_inertia_keeps_the_vmap(monkeypatch):
+    """By default a member whose program batches a primitive by `jax.vmap` on batched values (LAPACK's
+    Cholesky of a dense M, every step) runs vmapped: the same bits as `members_last=False`."""
+    from s2jax import _batch
+
+    built = []
+
+    def recorded(*args, **kwargs):
+        built.append(members_last(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(_batch, "_members_last", recorded)
+    lagrangian, params, n = _models()["dense M, 8 bodies"]
+    q0, omega0 = jax.vmap(lambda key: s2.random_state(key, n))(jax.random.split(jax.random.PRNGKey(3), 3))
+    options = dict(dt=0.01, num_steps=5)
+    default = s2.simulate_batch(lagrangian, q0, omega0, params, **options)
+    assert len(built) == 1 and "cholesky" in built[0].vmapped
+    vmapped = s2.simulate_batch(lagrangian, q0, omega0, params, members_last=False, **options)
+    np.testing.assert_array_equal(default.q, vmapped.q)
