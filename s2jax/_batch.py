@@ -18,7 +18,8 @@ a VI step's ~76 fusions run from L3, and its loop is too large for XLA to compil
 (`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.12–1.14× the
 throughput on the double pendulum, 0.96–1.36× on a 16-link chain (one / two host devices), with the
 members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from
-`CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU"). """
+`CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
+"""
 
 import functools
 import math
