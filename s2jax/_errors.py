@@ -1,5 +1,6 @@
 """Errors raised from inside compiled computations, in a way compilation cannot remove."""
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -37,16 +38,32 @@ def error_if(tree, failed, check: Callable[..., None], *operands):
     """
     operands = lax.stop_gradient(operands)
     shape = jnp.shape(operands[0])  # the answer has the shape of the first operand
-
-    def host(*operands):
-        check(*operands)
-        return np.ones(np.shape(operands[0]), np.bool_)
+    host = _host(check)
 
     def checked(tree, operands):
         fine = jax.pure_callback(host, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, vmap_method="broadcast_all")
         return jtu.tree_map(lambda x: jnp.where(fine, x, _poison(x)), tree)
 
     return lax.cond(jnp.any(lax.stop_gradient(failed)), checked, lambda tree, _: tree, tree, operands)
+
+
+@functools.lru_cache(maxsize=256)
+def _host(check: Callable[..., None]) -> Callable:
+    """The host side of `error_if` for `check`: one function per `check`, for JAX keys the
+    callback's program by it (outside `jax.jit`, under `jax.vmap`, it is compiled on its own:
+    a new function per call compiled it again at every call)."""
+
+    def host(*operands):
+        check(*operands)
+        return np.ones(np.shape(operands[0]), np.bool_)
+
+    return host
+
+
+@functools.lru_cache(maxsize=256)
+def failure_check(integrator: str) -> Callable[..., None]:
+    """`raise_if_failed` for the named integrator: one function per name (`_host`)."""
+    return functools.partial(raise_if_failed, integrator=integrator)
 
 
 def _poison(x):
