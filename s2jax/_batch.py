@@ -21,7 +21,6 @@ members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so
 `CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
 """
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -36,11 +35,12 @@ from jax.sharding import Mesh, PartitionSpec
 
 from ._adjoint import AbstractAdjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
-from ._errors import error_if, raise_if_failed
+from ._errors import error_if, failure_check, raise_if_failed
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
 from ._jit import filter_jit, trace_state_clean
 from ._loop import MEMBERS_AXIS
+from ._member_program import plain_vmap
 from ._members_last import members_last as _members_last
 from ._plan import plan
 from ._results import RESULTS
@@ -175,7 +175,7 @@ def simulate_batch(
             # per member, as in `simulate` under vmap: the host check still sees the whole batch
             def checked(s):
                 codes = s.result._value
-                check = functools.partial(raise_if_failed, integrator=s.integrator)
+                check = failure_check(s.integrator)
                 return error_if(s, codes != RESULTS.successful._value, check, codes, s.failed_step, dt)
 
             solution = jax.vmap(checked)(solution)
@@ -196,11 +196,12 @@ class _Member(eqx.Module):
     adjoint: AbstractAdjoint | None
 
     def __call__(self, q0, omega0, dynamic_params, dt) -> Solution:
-        return simulate(
-            self.system, q0, omega0, eqx.combine(dynamic_params, self.static_params), dt=dt,
-            num_steps=self.num_steps, integrator=self.integrator,
-            save_every=self.save_every, adjoint=self.adjoint, throw=False,
-        )
+        with plain_vmap():  # the batch's layout is chosen here, not by `jax.vmap`'s rule of `_member_program`
+            return simulate(
+                self.system, q0, omega0, eqx.combine(dynamic_params, self.static_params), dt=dt,
+                num_steps=self.num_steps, integrator=self.integrator,
+                save_every=self.save_every, adjoint=self.adjoint, throw=False,
+            )
 
 
 def _split_params(params, params_axis, batch_size):

@@ -68,12 +68,17 @@ class _Value:
         self.array, self.batched = array, batched
 
 
-def members_last(fn: Callable, *example, axis_name: str | None = None, members: int | None = None) -> Callable:
+def members_last(
+    fn: Callable, *example, axis_name: str | None = None, members: int | None = None,
+    batched: Sequence[bool] | None = None,
+) -> Callable:
     """`fn` of one member (its arguments shaped as `example`), evaluated for many members whose
     arguments carry them along a trailing axis: `members_last(fn, *example)(*args)` is
     `jax.vmap(fn, in_axes=-1, out_axes=-1)(*args)` up to round-off (the sums of small products
     may be taken in another order). Every array leaf of `args` is batched, with the same number
-    of members. The returned function's `vmapped` attribute names, once it has been evaluated
+    of members, or, with `batched` (a flag per leaf of `example`), the leaves flagged; the others
+    are shared by every member and have the shapes of `example`. Every output is batched. The
+    returned function's `vmapped` attribute names, once it has been evaluated
     (traced: `jax.eval_shape` will do), the primitives on batched values that no rule took
     (batched by `jax.vmap` between two transposes): where it is not empty the layout may cost
     more than it saves (a dense M's LAPACK Cholesky in every Newton iteration: 1024
@@ -87,19 +92,20 @@ def members_last(fn: Callable, *example, axis_name: str | None = None, members: 
     closed, shapes = jax.make_jaxpr(fn, axis_env=axis_env, return_shape=True)(*example)
     out_tree = jtu.tree_structure(shapes)
 
-    def batched(*args):
+    def evaluate(*args):
         leaves = jtu.tree_leaves(args)
-        members = leaves[0].shape[-1]
-        inputs = [_Value(x, True) for x in leaves]
+        flags = [True] * len(leaves) if batched is None else list(batched)
+        members = next(x.shape[-1] for x, flag in zip(leaves, flags) if flag)
+        inputs = [_Value(x, flag) for x, flag in zip(leaves, flags)]
         _VMAPPED.append(set())
         try:
             outputs = _evaluate(closed.jaxpr, closed.consts, inputs, members)
         finally:
-            batched.vmapped = frozenset(_VMAPPED.pop())
+            evaluate.vmapped = frozenset(_VMAPPED.pop())
         return jtu.tree_unflatten(out_tree, [_batch(value, members) for value in outputs])
 
-    batched.vmapped = None  # known once evaluated (`jax.eval_shape` evaluates it without computing)
-    return batched
+    evaluate.vmapped = None  # known once evaluated (`jax.eval_shape` evaluates it without computing)
+    return evaluate
 
 
 _VMAPPED: list[set] = []  # per evaluation under way, the primitives batched by `jax.vmap`

@@ -4,7 +4,7 @@ The plan (`_plan.py`) chooses the system and integrator, the loop (`_loop.py`) s
 adjoints (`_adjoint.py`) choose how the steps are stored for reverse mode.
 """
 
-import functools
+import collections
 import sys
 from collections.abc import Callable
 
@@ -14,13 +14,14 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
+from . import _member_program as member_program
 from ._adjoint import NO_FAILURE, AbstractAdjoint, default_adjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params
 from ._eager import EagerCalls
-from ._errors import error_if, raise_if_failed
+from ._errors import error_if, failure_check
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
-from ._jit import filter_jit
+from ._jit import filter_jit, trace_state_clean
 from ._loop import Loop, LoopInputs
 from ._plan import Plan, plan
 from ._results import RESULTS
@@ -162,12 +163,12 @@ def simulate(
     if entry is not None:  # an eager call, through the program its repetitions will run
         solution = _EAGER_CALLS.run(entry, q0, omega0, dt, None if policy is not None else controls)
     else:
-        solution = _integrate(
+        solution = _run(
             the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw
         )
     if throw:
         codes = solution.result._value
-        check = functools.partial(raise_if_failed, integrator=solution.integrator)
+        check = failure_check(solution.integrator)
         if concrete and not isinstance(codes, jax.core.Tracer):
             check(codes, solution.failed_step, dt)
         else:
@@ -214,6 +215,52 @@ def integrate(
 
 
 _integrate = filter_jit(integrate)
+
+_ARRAY = object()  # where a static leaf stands for one of the program's arrays
+
+
+def _run(the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw):
+    """`integrate`'s `Solution`; under a transformation (on CPU) through `member_program_p`, so that a
+    `jax.vmap` of it runs with the members along the last axis (`_member_program`)."""
+    arguments = (the_plan, adjoint, q0, omega0, params, dt, controls, policy)
+    if progress or trace_state_clean() or not member_program.enabled():
+        return _integrate(*arguments, num_steps, save_every, progress, throw)
+    leaves, treedef = jtu.tree_flatten(arguments)
+    arrays = [leaf for leaf in leaves if eqx.is_array(leaf)]
+    avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=jax.typeof(x).weak_type) for x in arrays)
+    key = (treedef, tuple(_ARRAY if eqx.is_array(leaf) else leaf for leaf in leaves), avals, num_steps, save_every,
+           throw)
+    try:
+        program = _PROGRAMS.get(key)
+    except TypeError:  # a part that cannot be hashed (a mutable object closed over): as it is
+        return _integrate(*arguments, num_steps, save_every, progress, throw)
+    if program is None:
+        program = _member_program(key, q0.shape[0])
+        # A model or policy closing over values of the transformation under way (a Lagrangian of
+        # a parameter being differentiated), or with a callback (`jax.debug.print`), runs inline.
+        if program.jaxpr.effects or any(isinstance(c, jax.core.Tracer) for c in program.jaxpr.consts):
+            return _integrate(*arguments, num_steps, save_every, progress, throw)
+        _PROGRAMS[key] = program
+        if len(_PROGRAMS) > 64:
+            _PROGRAMS.popitem(last=False)
+    else:
+        _PROGRAMS.move_to_end(key)
+    return member_program.bind(program, arrays)
+
+
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()  # `_run`'s programs, the 64 made last
+
+
+def _member_program(key, num_bodies: int) -> member_program.MemberProgram:
+    """The program of `_run`'s `key`: the static leaves and options in it, the arrays its arguments."""
+    treedef, static_leaves, avals, num_steps, save_every, throw = key
+
+    def run(*arrays):
+        arrays = iter(arrays)
+        arguments = jtu.tree_unflatten(treedef, [next(arrays) if leaf is _ARRAY else leaf for leaf in static_leaves])
+        return _integrate(*arguments, num_steps, save_every, False, throw)
+
+    return member_program.MemberProgram(run, avals, num_bodies, key)
 
 
 def simulate_plan(

@@ -1,0 +1,213 @@
+"""`jax.vmap(simulate)` with the members along the last axis: one member's program as a primitive.
+
+A user's `jax.vmap` of `simulate` batches every operation of the run the way `jax.vmap` does, with
+the members along the first axis, where XLA's CPU compiler vectorises over 3-vectors only
+(`_members_last`'s docstring). `simulate_batch` evaluates its chunks with the members last, but a
+`jax.vmap` cannot be intercepted by a function: it batches primitives. So, under a transformation,
+`simulate` runs its compiled program as one primitive, `member_program_p`, which carries the
+member's program (`MemberProgram`: the traced function and its argument shapes) and has a rule
+for each transformation:
+
+- evaluated or lowered unbatched, it is the program itself (the same computation as before);
+- differentiated (`jax.jvp`, hence `jax.grad` by linearisation), it is replaced by the JVP of the
+  program itself: derivatives see exactly the computation they saw before, with the custom
+  derivatives of the Newton solves (implicit differentiation of (3.16)) in place;
+- batched on CPU, it is evaluated with the members along the last axis (`_members_last`), in
+  chunks of `MEMBERS_LAST_BODIES` bodies, as `simulate_batch` does, where every primitive of
+  the program on batched values has a rule there (else, or on another platform, by `jax.vmap`).
+  That evaluation drops custom derivatives, so it is wrapped in a `jax.custom_jvp` whose rule is
+  the JVP of `jax.vmap` of the program: a `jax.grad` applied after the `jax.vmap` (of a `jax.jit`
+  that contains it, say) differentiates the vmapped program, exactly as before, while the values
+  come from the members-last evaluation (equal to round-off).
+
+So `jax.vmap(simulate)` gains the members-last layout's throughput (docs/batches.md) without
+changing what any transformation computes.
+"""
+
+import functools
+import math
+import threading
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jax.extend import core as jex_core
+from jax.interpreters import ad, batching, mlir
+
+from ._jit import compiler_options, filter_jit
+from ._loop import MEMBERS_AXIS
+from ._members_last import members_last
+
+MEMBERS_LAST_BODIES = 512
+"""On CPU with the members along the last axis, the bodies (members × n) evaluated at a time,
+between `MIN_CHUNK` and `MAX_CHUNK` members (measured through `simulate_batch`: `_batch`)."""
+MIN_CHUNK, MAX_CHUNK = 16, 64
+
+
+def chunk_members(num_bodies: int) -> int:
+    """The members evaluated at a time with the members last: 512 // n, from 16 to 64."""
+    return max(MIN_CHUNK, min(MAX_CHUNK, MEMBERS_LAST_BODIES // num_bodies))
+
+
+class MemberProgram:
+    """One member's program: `fn(*arrays)`, a pytree of arrays, for arrays of the shapes and dtypes
+    `avals` (`jax.ShapeDtypeStruct`s), simulating `num_bodies` bodies. Equal (as a primitive
+    parameter) to a program made with an equal `key`, which must name everything `fn` computes
+    from besides its arguments."""
+
+    def __init__(self, fn: Callable, avals: tuple, num_bodies: int, key):
+        self.fn, self.avals, self.num_bodies, self._key = fn, avals, num_bodies, key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemberProgram) and self._hash == other._hash and self._key == other._key
+
+    def flat(self, *arrays) -> list:
+        """`fn`'s output leaves."""
+        return jtu.tree_leaves(self.fn(*arrays))
+
+    @functools.cached_property
+    def _traced(self):
+        return jax.make_jaxpr(self.fn, return_shape=True)(*self.avals)
+
+    @property
+    def jaxpr(self) -> jex_core.ClosedJaxpr:
+        """The program traced once for one member."""
+        return self._traced[0]
+
+    @property
+    def out_tree(self):
+        return jtu.tree_structure(self._traced[1])
+
+    @functools.cached_property
+    def call(self) -> Callable:
+        """The traced program as a function of the arrays, returning the output leaves."""
+        return jex_core.jaxpr_as_fun(self.jaxpr)
+
+    def __repr__(self) -> str:
+        return f"MemberProgram({getattr(self.fn, '__name__', 'program')}, {self.num_bodies} bodies)"
+
+
+member_program_p = jex_core.Primitive("s2jax_member_program")
+member_program_p.multiple_results = True
+
+
+def _abstract_eval(*avals, program: MemberProgram, jaxpr):
+    return program.jaxpr.out_avals
+
+
+def _impl(*arrays, program: MemberProgram, jaxpr):
+    return _compiled(program)(*arrays)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(program: MemberProgram) -> Callable:
+    return filter_jit(program.call)
+
+
+def _jvp(primals, tangents, *, program: MemberProgram, jaxpr):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(program.call, list(primals), tangents)
+
+
+def _batched(arrays, dims, *, program: MemberProgram, jaxpr):
+    members = next(x.shape[d] for x, d in zip(arrays, dims) if d is not None)
+    batched = tuple(d is not None for d in dims)
+    arrays = [x if d is None else jnp.moveaxis(x, d, -1) for x, d in zip(arrays, dims)]
+    # Outside any `jax.jit` (an eager `jax.vmap`) its program is the outermost: compiled with s2jax's options.
+    outermost = not any(isinstance(x, jax.core.Tracer) for x in arrays)
+    run = _members_last_run(program, batched, members, outermost) if jax.default_backend() == "cpu" else None
+    if run is None:
+        run = _vmapped(program, batched, members)
+    outs = run(*arrays)
+    return outs, [x.ndim - 1 for x in outs]
+
+
+def _vmapped(program: MemberProgram, batched: tuple, members: int) -> Callable:
+    """`jax.vmap` of the program over the trailing axis of the batched arrays (the members stepping
+    together on CPU, `_loop.MEMBERS_AXIS`)."""
+    on_cpu = jax.default_backend() == "cpu"
+    axes = [-1 if b else None for b in batched]
+    return jax.vmap(
+        program.flat, in_axes=axes, out_axes=-1, axis_name=MEMBERS_AXIS if on_cpu else None, axis_size=members
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _members_last_run(program: MemberProgram, batched: tuple, members: int, outermost: bool) -> Callable | None:
+    """The program over `members` members along the last axis (of the `batched` arrays), in
+    chunks of `chunk_members`, compiled once (with s2jax's XLA options where `outermost`); None
+    where a primitive on batched values has no rule there (a dense M's LAPACK Cholesky), which
+    `jax.vmap` then runs faster."""
+    chunk = min(members, chunk_members(program.num_bodies))
+    chunks = math.ceil(members / chunk)
+    chunk = math.ceil(members / chunks)  # even chunks: 100 members as 2 of 50, not 64 and 36 padded
+    padded = chunks * chunk
+    example = program.avals
+    last = members_last(program.flat, *example, axis_name=MEMBERS_AXIS, members=chunk, batched=batched)
+    jax.eval_shape(last, *[
+        jax.ShapeDtypeStruct((*a.shape, chunk) if b else a.shape, a.dtype) for a, b in zip(example, batched)
+    ])
+    if last.vmapped:
+        return None
+
+    def forward(*arrays):
+        if chunks == 1:
+            return last(*arrays)
+
+        def split(x):  # copies of member 0 up to `padded`, as (chunks, ..., chunk)
+            x = jnp.concatenate([x, jnp.broadcast_to(x[..., :1], (*x.shape[:-1], padded - members))], axis=-1)
+            return jnp.moveaxis(x.reshape(*x.shape[:-1], chunks, chunk), -2, 0)
+
+        def one_chunk(parts):
+            parts = iter(parts)
+            return last(*[next(parts) if b else x for x, b in zip(arrays, batched)])
+
+        outs = lax.map(one_chunk, [split(x) for x, b in zip(arrays, batched) if b])
+        return [jnp.moveaxis(x, 0, -2).reshape(*x.shape[1:-1], padded)[..., :members] for x in outs]
+
+    vmapped = _vmapped(program, batched, members)
+    run = jax.custom_jvp(forward)
+    run.defjvp(lambda primals, tangents: jax.jvp(vmapped, primals, tangents))
+    return jax.jit(run, compiler_options=(compiler_options() or None) if outermost else None)
+
+
+member_program_p.def_impl(_impl)
+member_program_p.def_abstract_eval(_abstract_eval)
+ad.primitive_jvps[member_program_p] = _jvp
+batching.primitive_batchers[member_program_p] = _batched
+mlir.register_lowering(
+    member_program_p, mlir.lower_fun(lambda *arrays, program, jaxpr: program.call(*arrays), multiple_results=True)
+)
+
+_PLAIN = threading.local()
+
+
+class plain_vmap:
+    """Within it, `simulate` does not bind `member_program_p`: a `jax.vmap` of it batches the
+    program as `jax.vmap` does (`simulate_batch` chooses its own layout)."""
+
+    def __enter__(self):
+        self._before = getattr(_PLAIN, "on", False)
+        _PLAIN.on = True
+
+    def __exit__(self, *exc):
+        _PLAIN.on = self._before
+
+
+def enabled() -> bool:
+    """Whether `simulate` may run its program through `member_program_p` (on CPU, not within
+    `plain_vmap`)."""
+    return not getattr(_PLAIN, "on", False) and jax.default_backend() == "cpu"
+
+
+def bind(program: MemberProgram, arrays):
+    """The program's output for `arrays`, through the primitive (its jaxpr a parameter too, so that
+    a printed jaxpr shows the program)."""
+    outs = member_program_p.bind(*arrays, program=program, jaxpr=program.jaxpr)
+    return jtu.tree_unflatten(program.out_tree, outs)
