@@ -17,6 +17,10 @@ over the batch split across all devices (one `shard_map` slice per device):
   ≥ 10⁸ body-steps (`members_last=False`; this one, 2·10⁶, would run each device's whole slice at once);
 - each with the members along the last axis (`members_last=True`: `simulate_batch`'s default on
   CPU outside transformations, in chunks of 64 there; on a GPU over the whole slice);
+- each as a user's `jax.vmap(simulate)` over each device's slice (`_common.sharded_batch`: a
+  `shard_map` of the `vmap`, compiled with s2jax's XLA options): on CPU the members run along the
+  last axis by `simulate`'s own batching rule (`s2jax/_member_program.py`, chunks of 64); before
+  it, this was the vmapped row above (`members_last=False` over the whole slice);
 - a hand-written RK4 on (2.9)–(2.10) in `lax.scan` whose 2-body solve for ω̇ is written in
   closed form (below), the fastest fair form of the baseline; its field is checked against
   `LagrangianSystem.angular_acceleration` before it is timed. It runs vmapped over each device's
@@ -56,6 +60,7 @@ dsp = s2.models.double_spherical_pendulum
 DT = 0.01
 REPEATS = 5
 HAND = "hand-written RK4 (closed-form solve)"
+USER_VMAP = "jax.vmap(simulate)"
 HAND_CHUNKS = (16, 64)  # chunked as `simulate_batch` chunks on CPU (`_common.sharded_batch`)
 # The hand RK4 with the members along the last axis (`_common.batch_last`), in chunks that stay in
 # cache on CPU (a sweep of 8…256 on one host device, 1024 × 1000: 8.2 / 17.8 / 21.2 / 22.6 / 20.2 /
@@ -162,6 +167,14 @@ def measure(batch_size, num_steps, fixed_iterations=False):
             ).q[:, -1]
 
         calls[name] = run
+    for name, (integrator, _, _) in _methods(False).items():
+        if "," in name:
+            continue
+        # a user's `jax.vmap(simulate)`, each device vmapping its slice (`_member_program`'s rule)
+        vmapped = sharded_batch(lambda q, w, integrator=integrator: s2.simulate(
+            dsp.lagrangian, q, w, params, dt=DT, num_steps=num_steps, save_every=num_steps, integrator=integrator,
+        ).q[-1])
+        calls[f"{name}, {USER_VMAP}"] = lambda vmapped=vmapped: vmapped(q0, omega0)
     per_device = batch_size // jax.device_count()
     for chunk in (None, *(HAND_CHUNKS if jax.default_backend() == "cpu" else ())):
         if chunk is not None and (chunk >= per_device or per_device % chunk):
@@ -190,6 +203,9 @@ def measure(batch_size, num_steps, fixed_iterations=False):
     # s2jax's methods along either axis: the same arithmetic but for the order of small sums, grown by chaos
     gaps["max_q_gap_members_last_vs_vmap"] = jnp.stack(
         [final_q[f"{m}, members along the last axis"] - final_q[m] for m in ("VariationalIntegrator", "Rattle")]
+    )
+    gaps["max_q_gap_user_vmap_vs_simulate_batch_vmap"] = jnp.stack(
+        [final_q[f"{m}, {USER_VMAP}"] - final_q[m] for m in ("VariationalIntegrator", "Rattle", "RungeKutta4")]
     )
     # the same arithmetic in another layout: equal but for rounding, grown over 1000 steps of chaos
     gaps["max_q_gap_members_along_the_last_axis_vs_vmap"] = jnp.stack(

@@ -34,7 +34,10 @@ the vmap, `_common.sharded_batch`); and Thomas's form written with the members a
 `vmap` works on 3-vectors), on CPU in chunks of 32 and 64. The fastest of these rows is the baseline.
 s2jax's methods run vmapped over whole slices and in chunks of 16 (`members_last=False`; the
 chunks a vmapped `simulate_batch` takes from 10⁸ body-steps), and with the members along the last
-axis (`members_last=True`, `simulate_batch`'s default on CPU outside transformations: chunks of 64).
+axis (`members_last=True`, `simulate_batch`'s default on CPU outside transformations: chunks of 64),
+and as a user's `jax.vmap(simulate)` over each device's slice (`_common.sharded_batch`), which on
+CPU runs the members along the last axis by `simulate`'s own batching rule
+(`s2jax/_member_program.py`, chunks of 32; before it, the vmapped rows).
 The field is checked against s2jax's `LagrangianSystem.angular_acceleration`
 (q̈_i = ω̇_i × q_i + ω_i × (ω_i × q_i)) before timing.
 
@@ -218,6 +221,12 @@ def measure(n, batch_size, num_steps):
             ).q[:, -1]
 
         calls[name] = run
+    for name, integrator in methods.items():
+        # a user's `jax.vmap(simulate)`, each device vmapping its slice (`_member_program`'s rule)
+        program = sharded_batch(lambda q, w, integrator=integrator: s2.simulate(
+            chain.lagrangian, q, w, params, dt=DT, num_steps=num_steps, save_every=num_steps, integrator=integrator,
+        ).q[-1])
+        calls[f"{name}, jax.vmap(simulate)"] = lambda program=program: program(q0, omega0)
     per_device = batch_size // jax.device_count()
     for label, solve in SOLVES.items():
         for chunk in (None, *(HAND_CHUNKS if jax.default_backend() == "cpu" else ())):
@@ -260,6 +269,7 @@ def measure(n, batch_size, num_steps):
                   and "last axis" in name)
     ours = max(float(jnp.max(jnp.abs(final_q[f"{name}, members along the last axis"] - final_q[name])))
                for name in methods)
+    user = max(float(jnp.max(jnp.abs(final_q[f"{name}, jax.vmap(simulate)"] - final_q[name]))) for name in methods)
     return {
         "links": n, "batch_size": batch_size, "num_steps": num_steps, "methods": rows, "baseline": fastest,
         "over_baseline": {
@@ -269,6 +279,7 @@ def measure(n, batch_size, num_steps):
         f"max_q_gap_rungekutta4_vs_baseline_after_{SHORT_STEPS}_steps": short,
         "max_q_gap_members_along_the_last_axis_vs_vmap": layouts,
         "max_q_gap_members_last_vs_vmap_s2jax": ours,
+        "max_q_gap_user_vmap_vs_vmap_s2jax": user,
     }
 
 

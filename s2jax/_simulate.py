@@ -121,6 +121,11 @@ def simulate(
     `ValueError` naming the smallest eigenvalue. After a failed step, the remaining steps are
     skipped (the saved states repeat the last good one).
 
+    **Under `jax.vmap`** on CPU the members run along the last axis of every array, where XLA
+    vectorises across them (`s2jax._member_program`; docs/batches.md, "`jax.vmap(simulate)`"): the
+    same results to round-off, and derivatives taken after the `jax.vmap` are those of the
+    vmapped program.
+
     **Repeated calls:** an eager call keeps its plan for the next one with the same model,
     integrator, force, adjoint, options, shapes and params (equal values), which then runs the
     compiled program at once, its state, dt and controls checked inside it (the same
