@@ -16,7 +16,7 @@ over the batch split across all devices (one `shard_map` slice per device):
 - on CPU, each again in the chunks of 64 members that a vmapped `simulate_batch` takes for a run of
   ≥ 10⁸ body-steps (`members_last=False`; this one, 2·10⁶, would run each device's whole slice at once);
 - each with the members along the last axis (`members_last=True`: `simulate_batch`'s default on
-  CPU outside transformations, in chunks of 64 there; on a GPU over the whole slice);
+  CPU, in chunks of 64 there; on a GPU over the whole slice);
 - each as a user's `jax.vmap(simulate)` over each device's slice (`_common.sharded_batch`: a
   `shard_map` of the `vmap`, compiled with s2jax's XLA options): on CPU the members run along the
   last axis by `simulate`'s own batching rule (`s2jax/_member_program.py`, chunks of 64); before
@@ -135,7 +135,7 @@ def check_closed_form(params):
 def _methods(fixed_iterations):
     """{name: (integrator, chunk_size, members_last) of `simulate_batch`}: each method vmapped over
     each device's whole slice, on CPU also in the chunks of a long run (`CHUNK`), and with the
-    members along the last axis (`simulate_batch`'s default on CPU outside transformations)."""
+    members along the last axis (`simulate_batch`'s default on CPU)."""
     methods = {}
     for name, integrator in (
         ("VariationalIntegrator", s2.VariationalIntegrator()),

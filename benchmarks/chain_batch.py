@@ -34,7 +34,7 @@ the vmap, `_common.sharded_batch`); and Thomas's form written with the members a
 `vmap` works on 3-vectors), on CPU in chunks of 32 and 64. The fastest of these rows is the baseline.
 s2jax's methods run vmapped over whole slices and in chunks of 16 (`members_last=False`; the
 chunks a vmapped `simulate_batch` takes from 10⁸ body-steps), and with the members along the last
-axis (`members_last=True`, `simulate_batch`'s default on CPU outside transformations: chunks of 64),
+axis (`members_last=True`, `simulate_batch`'s default on CPU: chunks of 32 here),
 and as a user's `jax.vmap(simulate)` over each device's slice (`_common.sharded_batch`), which on
 CPU runs the members along the last axis by `simulate`'s own batching rule
 (`s2jax/_member_program.py`, chunks of 32; before it, the vmapped rows).

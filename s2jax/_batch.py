@@ -7,12 +7,13 @@ the `while_loop` of each Newton solve (002 (3.16)) would stop when every member 
 batch has converged, and its condition would be an all-reduce across devices at every
 iteration.
 
-On CPU, outside transformations, each chunk of members (`MEMBERS_LAST_BODIES` bodies, 16 to 64
-members) runs with the members along the last axis of its arrays (`_members_last`, `members_last`):
-XLA vectorises every operation across them, 1.8–2.5× the throughput of `jax.vmap` on the double
-pendulum (docs/batches.md, "The layout of a batch"). Otherwise (under `jax.jit` or `jax.grad`, or
-with `members_last=False`), a long run on CPU maps each device's slice a chunk of members at a time
-(`lax.map` of `jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3),
+On CPU each chunk of members (`_member_program.MEMBERS_LAST_BODIES` bodies, 16 to 64 members) runs
+with the members along the last axis of its arrays, through `simulate`'s own batching rule
+(`_member_program`, `members_last`): XLA vectorises every operation across them, 2.0–2.5× the
+throughput of `jax.vmap` on the double pendulum (docs/batches.md, "The layout of a batch"), and
+under `jax.grad` the derivatives are the vmapped batch's. With `members_last=False` (or where a
+primitive has no rule in that layout), a long run on CPU maps each device's slice a chunk of
+members at a time (`lax.map` of `jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3),
 and every fusion of it streams them through the cache: with the whole slice of 1024 double pendula
 a VI step's ~76 fusions run from L3, and its loop is too large for XLA to compile whole
 (`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.12–1.14× the
@@ -21,6 +22,7 @@ members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so
 `CHUNK_MIN_WORK` body-steps (measured: docs/batches.md, "Chunks on CPU").
 """
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -38,10 +40,9 @@ from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
 from ._errors import error_if, failure_check, raise_if_failed
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
-from ._jit import filter_jit, trace_state_clean
+from ._jit import filter_jit
 from ._loop import MEMBERS_AXIS
-from ._member_program import plain_vmap
-from ._members_last import members_last as _members_last
+from ._member_program import chunk_members, forced_members_last, plain_vmap
 from ._plan import plan
 from ._results import RESULTS
 from ._simulate import simulate
@@ -55,12 +56,6 @@ CHUNK_BODIES = 256
 """On CPU, the bodies (members × n) that a device vmaps at a time, at most `MAX_CHUNK` members: the
 fastest chunks measured on the double pendulum (32–64 members) and the 16-link chain (8–32)."""
 MAX_CHUNK = 64
-MEMBERS_LAST_BODIES = 512
-"""On CPU with the members along the last axis, the bodies (members × n) a device evaluates at a
-time, between 16 and 64 members (1024 double pendula × 1000 steps, one host device: VI 7.2 / 10.9 /
-13.7 / 14.0 / 11.6 M steps/s in chunks of 16 / 32 / 64 / 128 / 256 members; 16-link chains, the VI
-0.49 / 0.58 / 0.48 / 0.34 and `Rattle` 1.45 / 1.41 / 1.65 / 1.59 in chunks of 16 / 32 / 64 / 128;
-ad hoc, one process each: the default integrator's best, 64 and 32 members)."""
 CHUNK_MIN_WORK = 1e8
 """On CPU, the body-steps (B × n × num_steps) from which a run is chunked by default: where the
 time the chunks save pays for ~1 s of extra compilation (measured break-even ~9·10⁷ on the double
@@ -111,13 +106,13 @@ def simulate_batch(
       1.4× faster for ~1 s more compile time; otherwise, and on a GPU, the whole slice
       (docs/batches.md, "Chunks on CPU"). Each device's slice is padded to a multiple of it.
     - `members_last`: evaluate each chunk with its members along the last axis of every array
-      (`s2jax._members_last`), where XLA's CPU compiler vectorises across them, instead of
-      `jax.vmap`'s first axis: the same results to round-off, 1.8–2.5× the throughput on the
-      double pendulum (docs/batches.md, "The layout of a batch"). Forward only: it drops the
-      Newton solves' custom derivatives, so it runs only outside `jax.jit`, `jax.grad` and
-      `jax.vmap`. Default (None): on CPU outside transformations, where every primitive on
-      batched values has a rule there (a dense M's LAPACK Cholesky has none: vmapped);
-      `False`: always `jax.vmap`; `True`: refused under a transformation.
+      (`s2jax._members_last`, through `simulate`'s batching rule, `s2jax._member_program`), where
+      XLA's CPU compiler vectorises across them, instead of `jax.vmap`'s first axis: the same
+      results to round-off, 2.0–2.5× the throughput on the double pendulum (docs/batches.md,
+      "The layout of a batch"); under `jax.grad` the derivatives are those of the vmapped batch.
+      Default (None): on CPU, where every primitive on batched values has a rule there (a dense
+      M's LAPACK Cholesky has none: vmapped); `False`: always `jax.vmap`; `True`: members last
+      wherever `simulate` can take it (on any platform, whatever falls back).
     - `throw`: raise `SimulationError` naming the batch index and the step of the first
       member that failed; with `throw=False` each member's failure is in its `result`.
       Either way one failing member does not change the others. Inside `jax.jit` or
@@ -149,7 +144,7 @@ def simulate_batch(
     mesh = Mesh(np.array(devices), (_AXIS,))
     dt = jnp.asarray(dt, dtype=q0.dtype)
     forced = members_last is True
-    members_last = _members_last_applies(members_last, mesh, (q0, omega0, dynamic, dt))
+    members_last = _members_last_applies(members_last, mesh)
     chunk = _chunk(chunk_size, batch_size, mesh, q0.shape[1], num_steps, members_last)
     if dt.shape != ():
         raise ValueError(f"dt must be a scalar; got shape {dt.shape}")
@@ -196,12 +191,11 @@ class _Member(eqx.Module):
     adjoint: AbstractAdjoint | None
 
     def __call__(self, q0, omega0, dynamic_params, dt) -> Solution:
-        with plain_vmap():  # the batch's layout is chosen here, not by `jax.vmap`'s rule of `_member_program`
-            return simulate(
-                self.system, q0, omega0, eqx.combine(dynamic_params, self.static_params), dt=dt,
-                num_steps=self.num_steps, integrator=self.integrator,
-                save_every=self.save_every, adjoint=self.adjoint, throw=False,
-            )
+        return simulate(
+            self.system, q0, omega0, eqx.combine(dynamic_params, self.static_params), dt=dt,
+            num_steps=self.num_steps, integrator=self.integrator,
+            save_every=self.save_every, adjoint=self.adjoint, throw=False,
+        )
 
 
 def _split_params(params, params_axis, batch_size):
@@ -239,7 +233,7 @@ def _chunk(chunk_size, batch_size, mesh, num_bodies, num_steps, members_last=Fal
         raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
     local = math.ceil(batch_size / mesh.size)
     if chunk_size is None and members_last:
-        chunk_size = max(16, min(MAX_CHUNK, MEMBERS_LAST_BODIES // num_bodies)) if _on_cpu(mesh) else local
+        chunk_size = chunk_members(num_bodies) if _on_cpu(mesh) else local
     elif chunk_size is None:
         long_run = batch_size * num_bodies * num_steps >= CHUNK_MIN_WORK
         chunk_size = max(1, min(MAX_CHUNK, CHUNK_BODIES // num_bodies)) if _on_cpu(mesh) and long_run else local
@@ -251,30 +245,21 @@ def _on_cpu(mesh) -> bool:
     return all(device.platform == "cpu" for device in mesh.devices.flat)
 
 
-def _members_last_applies(requested: bool | None, mesh, inputs) -> bool:
-    """Whether the members run along the last axis (`_members_last`): `requested`, or by default
-    on CPU; never where anything may differentiate the batch (inside `jax.jit`, `jax.grad`,
-    `jax.vmap`, ... or with traced inputs), for that path evaluates the Newton solves' custom
-    derivatives through their primal."""
+def _members_last_applies(requested: bool | None, mesh) -> bool:
+    """Whether the members run along the last axis (`_member_program`): `requested`, or by default
+    on CPU."""
     if requested is not None and not isinstance(requested, bool):
         raise ValueError(f"members_last must be True, False or None; got {requested!r}")
-    transformed = not trace_state_clean() or any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(inputs))
-    if requested and transformed:
-        raise ValueError(
-            "simulate_batch(members_last=True) runs outside jax.jit, jax.grad and jax.vmap only: it "
-            "does not keep the custom derivatives of the Newton solves. Pass members_last=None or False there."
-        )
-    if requested is None:
-        return _on_cpu(mesh) and not transformed
-    return requested
+    return _on_cpu(mesh) if requested is None else requested
 
 
 @filter_jit
 def _sharded_vmap(one: _Member, mesh, chunk: int, members_last: bool, forced: bool, axes, q0, omega0, dynamic, dt):
     """`jax.vmap(one)` over the batch, each device of `mesh` mapping its own slice of it, `chunk`
-    members at a time, with the members along the last axis where `members_last`
-    (`_members_last`), unless, not `forced`, a primitive of the member's program has no rule
-    there; `axes` says which leaves of `dynamic` (the array leaves of params) are batched too."""
+    members at a time, with the members along the last axis where `members_last` (`simulate`'s
+    batching rule, `_member_program`), unless, not `forced`, a primitive of the member's program
+    has no rule there; `axes` says which leaves of `dynamic` (the array leaves of params) are
+    batched too."""
     batch_size = q0.shape[0]
     per_device = math.ceil(math.ceil(batch_size / mesh.size) / chunk) * chunk
     padded = per_device * mesh.size
@@ -297,25 +282,16 @@ def _sharded_vmap(one: _Member, mesh, chunk: int, members_last: bool, forced: bo
             return one(q0, omega0, eqx.combine(batched_params, shared_params), dt)
 
         inputs = (q0, omega0, batched_params)
-        last = None
-        if members_last:
-            example = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
-            # The members step together here too (`_loop.MEMBERS_AXIS`): its `lax.pmin` is a
-            # reduction over the trailing axis.
-            last = _members_last(member, example, axis_name=MEMBERS_AXIS, members=chunk)
-            if not forced:
-                jax.eval_shape(last, jtu.tree_map(lambda x: jax.ShapeDtypeStruct((*x.shape, chunk), x.dtype), example))
-                if last.vmapped:
-                    last = None  # e.g. LAPACK's Cholesky of a dense M in every step: vmapped, it is faster
-        if last is not None:
 
-            def members(inputs):
-                moved = jtu.tree_map(lambda x: jnp.moveaxis(x, 0, -1), inputs)
-                return jtu.tree_map(lambda x: jnp.moveaxis(x, -1, 0), last(moved))
-        else:
+        def members(inputs):
+            if members_last:  # `simulate`'s batching rule (`_member_program`) puts them last
+                with forced_members_last() if forced else contextlib.nullcontext():
+                    return jax.vmap(member)(inputs)
             # On CPU the members' loops step together (`_loop.MEMBERS_AXIS`); on a GPU a `lax.cond`
             # on a value reduced over them would wait for the device every step.
-            members = jax.vmap(member, axis_name=MEMBERS_AXIS if on_cpu else None)
+            with plain_vmap():
+                return jax.vmap(member, axis_name=MEMBERS_AXIS if on_cpu else None)(inputs)
+
         if chunk == q0.shape[0]:
             return members(inputs)
         chunks = q0.shape[0] // chunk

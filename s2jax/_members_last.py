@@ -23,9 +23,9 @@ unbatched.
 
 **Forward only.** A `custom_jvp` or `custom_vjp` function (the implicit-function derivative of
 Newton's solve) is evaluated through its primal: the result is what the function computes, but
-differentiating it would differentiate the iterations. `simulate_batch` takes this path only
-where nothing differentiates it (`_batch._members_last_applies`); `simulate`'s batching rule
-(`_member_program`) wraps it in a `jax.custom_jvp` whose rule differentiates the vmapped program.
+differentiating it would differentiate the iterations. `simulate`'s batching rule
+(`_member_program`, which `jax.vmap(simulate)` and `simulate_batch` go through) wraps it in a
+`jax.custom_jvp` whose rule differentiates the vmapped program.
 """
 
 import math

@@ -274,7 +274,12 @@ def test_members_step_together_and_a_failure_inside_a_run_is_frozen():
     alone = jax.vmap(lambda q, w, g: s2.simulate(dsp.lagrangian, q, w, {**dsp.paper_params(), "g": g}, **options))(
         qs, omegas, gravities
     )
-    assert "pmin" in str(jax.make_jaxpr(batch)(omegas))  # the members' loops step together
+    # the members' loops step together: vmapped, by a `lax.pmin` over them; with the members along
+    # the last axis (the default) the same `pmin` is a reduction along that axis (`_members_last`)
+    vmapped = jax.make_jaxpr(lambda w: s2.simulate_batch(
+        dsp.lagrangian, qs, w, params, params_axis=axes, chunk_size=2, members_last=False, **options
+    ))(omegas)
+    assert "pmin" in str(vmapped)
     inside_jit = jax.jit(batch)(omegas)  # the same program inside a user's jax.jit
     np.testing.assert_array_equal(inside_jit.result._value, together.result._value)
     np.testing.assert_allclose(inside_jit.q, together.q, rtol=0, atol=1e-12)
@@ -309,7 +314,8 @@ def test_default_chunks():
     most `MAX_CHUNK`, evened out over the slice; a shorter run, or a GPU's slice, is not chunked;
     with the members along the last axis, `MEMBERS_LAST_BODIES // n` members, 16 to `MAX_CHUNK`. Bad values of
     `chunk_size` are refused."""
-    from s2jax._batch import CHUNK_BODIES, CHUNK_MIN_WORK, MAX_CHUNK, MEMBERS_LAST_BODIES, _chunk
+    from s2jax._batch import CHUNK_BODIES, CHUNK_MIN_WORK, MAX_CHUNK, _chunk
+    from s2jax._member_program import MEMBERS_LAST_BODIES
 
     cpu = Mesh(np.array(jax.devices("cpu")[:1]), ("batch",))
     steps = int(CHUNK_MIN_WORK)  # long enough for any batch below

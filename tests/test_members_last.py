@@ -98,38 +98,40 @@ def test_simulate_batch_members_last_equals_vmap(model, integrator):
 
 
 @pytest.mark.slow
-def test_members_last_is_forward_only(compilations):
-    """Only outside transformations: asked for inside `jax.jit` it is refused; by default there
-    (and under `jax.grad`) the batch is vmapped. New values do not recompile it."""
+def test_members_last_under_transformations(compilations):
+    """Inside `jax.jit` and under `jax.grad` too (`simulate`'s batching rule keeps the vmapped
+    batch's derivatives): the eager values to round-off, a gradient as a central difference gives
+    it, and new values do not recompile."""
     q0, omega0 = jax.vmap(lambda key: s2.random_state(key, 2))(jax.random.split(jax.random.PRNGKey(2), 4))
     params = dsp.paper_params()
 
     def run(omega0, members_last=None):
         return s2.simulate_batch(dsp.lagrangian, q0, omega0, params, dt=0.01, num_steps=5, members_last=members_last)
 
-    with pytest.raises(ValueError, match="outside jax.jit"):
-        jax.jit(lambda w: run(w, members_last=True).q)(omega0)
     with pytest.raises(ValueError, match="members_last must be True, False or None"):
         run(omega0, members_last="yes")
-    inside = jax.jit(lambda w: run(w).q)(omega0)
-    np.testing.assert_allclose(inside, run(omega0).q, rtol=0, atol=1e-13)
+    for layout in (None, True):
+        inside = jax.jit(lambda w, m=layout: run(w, members_last=m).q)(omega0)
+        np.testing.assert_allclose(inside, run(omega0).q, rtol=0, atol=1e-13)
 
-    def height(scale):
-        return jnp.sum(run(scale * omega0).q[:, -1, :, 2])
+    def height(scale, members_last=None):
+        return jnp.sum(run(scale * omega0, members_last).q[:, -1, :, 2])
 
     gradient = jax.grad(height)(1.0)
+    np.testing.assert_allclose(gradient, jax.grad(height)(1.0, members_last=False), rtol=1e-13)
     step = 1e-6
     central = (height(1.0 + step) - height(1.0 - step)) / (2 * step)
     np.testing.assert_allclose(gradient, central, rtol=1e-6)
     run(omega0).q.block_until_ready()
-    assert compilations(lambda: run(0.5 * omega0).q.block_until_ready()) == 0
+    slower = 0.5 * omega0
+    assert compilations(lambda: run(slower).q.block_until_ready()) == 0
 
 
 @pytest.mark.slow
 def test_a_dense_inertia_keeps_the_vmap(monkeypatch):
     """By default a member whose program batches a primitive by `jax.vmap` on batched values (LAPACK's
     Cholesky of a dense M, every step) runs vmapped: the same bits as `members_last=False`."""
-    from s2jax import _batch
+    from s2jax import _member_program
 
     built = []
 
@@ -137,7 +139,8 @@ def test_a_dense_inertia_keeps_the_vmap(monkeypatch):
         built.append(members_last(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(_batch, "_members_last", recorded)
+    monkeypatch.setattr(_member_program, "members_last", recorded)
+    _member_program._members_last_run.cache_clear()
     lagrangian, params, n = _models()["dense M, 8 bodies"]
     q0, omega0 = jax.vmap(lambda key: s2.random_state(key, n))(jax.random.split(jax.random.PRNGKey(3), 3))
     options = dict(dt=0.01, num_steps=5)
