@@ -77,3 +77,21 @@ def pytest_collection_modifyitems(items):
     """The notebooks first: each runs one to two minutes in one test, and started last it would
     leave the other worker idle at the end of the suite."""
     items.sort(key=lambda item: not item.nodeid.startswith("tests/test_notebooks.py::test_notebook_runs"))
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """The members-last evaluations (`s2jax._members_last.members_last`) that `simulate`'s batching
+    rule (`s2jax._member_program`) builds while the test runs, each with its `vmapped` set."""
+    from s2jax import _member_program
+    from s2jax._members_last import members_last
+
+    made = []
+
+    def recorded(*args, **kwargs):
+        made.append(members_last(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(_member_program, "members_last", recorded)
+    _member_program._members_last_run.cache_clear()  # built anew, not taken from an earlier test
+    return made

@@ -7,26 +7,10 @@ import numpy as np
 import pytest
 
 import s2jax as s2
-from s2jax import _member_program
 from s2jax._member_program import chunk_members, plain_vmap
-from s2jax._members_last import members_last
 
 dsp = s2.models.double_spherical_pendulum
 PARAMS = dsp.paper_params()
-
-
-@pytest.fixture
-def built(monkeypatch):
-    """The `members_last` evaluations `_member_program` builds while the test runs."""
-    made = []
-
-    def recorded(*args, **kwargs):
-        made.append(members_last(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(_member_program, "members_last", recorded)
-    _member_program._members_last_run.cache_clear()
-    return made
 
 
 def _states(members, n=2, seed=0, scale=1.0):

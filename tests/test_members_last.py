@@ -128,19 +128,9 @@ def test_members_last_under_transformations(compilations):
 
 
 @pytest.mark.slow
-def test_a_dense_inertia_keeps_the_vmap(monkeypatch):
+def test_a_dense_inertia_keeps_the_vmap(built):
     """By default a member whose program batches a primitive by `jax.vmap` on batched values (LAPACK's
     Cholesky of a dense M, every step) runs vmapped: the same bits as `members_last=False`."""
-    from s2jax import _member_program
-
-    built = []
-
-    def recorded(*args, **kwargs):
-        built.append(members_last(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(_member_program, "members_last", recorded)
-    _member_program._members_last_run.cache_clear()
     lagrangian, params, n = _models()["dense M, 8 bodies"]
     q0, omega0 = jax.vmap(lambda key: s2.random_state(key, n))(jax.random.split(jax.random.PRNGKey(3), 3))
     options = dict(dt=0.01, num_steps=5)
