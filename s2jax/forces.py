@@ -99,9 +99,12 @@ class PivotTorque(AbstractForce):
         torque = jnp.asarray(_given_or_control(self.torque, u, "PivotTorque"))
         if torque.shape != (3,):
             raise ValueError(f"PivotTorque takes a torque of shape (3,); got {torque.shape}")
-        force = jnp.zeros_like(q).at[self.body].set(jnp.cross(torque, q[self.body]))
+        # rows selected by a mask, not `.at[body].set`: a scatter, which a batch with the members
+        # along the last axis would hand back to `jax.vmap` (`_members_last`); the same values
+        rows = jnp.arange(q.shape[0])[:, None]
+        force = jnp.where(rows == self.body, jnp.cross(torque, q[self.body])[None, :], 0.0)
         if self.joint:
-            force = force.at[self.body - 1].add(-jnp.cross(torque, q[self.body - 1]))
+            force = force - jnp.where(rows == self.body - 1, jnp.cross(torque, q[self.body - 1])[None, :], 0.0)
         return force
 
 
