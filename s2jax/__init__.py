@@ -10,7 +10,7 @@ changes (measured: see docs/performance.md). Set `S2JAX_KEEP_XLA_FLAGS=1` before
 """
 
 
-from . import control as control, fit as fit, forces as forces, io as io, models as models
+from . import forces as forces, io as io, models as models
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     CheckpointedAdjoint as CheckpointedAdjoint,
@@ -85,10 +85,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # `s2jax.plot` is loaded on first use; it imports matplotlib (the `plot` extra) only when it
-    # draws.
-    if name == "plot":
+    # `s2jax.control` and `s2jax.fit` (optax and the optimisation layer) are loaded on first use,
+    # as `s2jax.plot` is (which imports matplotlib, the `plot` extra, only when it draws): a
+    # simulation alone does not pay for their import.
+    if name in ("control", "fit", "plot"):
         import importlib
 
-        return importlib.import_module(".plot", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 's2jax' has no attribute {name!r}")
