@@ -1,6 +1,7 @@
 """`jax.vmap(simulate)` with the members along the last axis (`s2jax._member_program`), against JAX's
 own batching of the same program (`plain_vmap`), and every transformation around it."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,26 +56,44 @@ def test_shared_and_batched_arguments():
     assert float(jnp.min(jnp.abs(ours[1:] - ours[:-1]))) > 1e-3  # the members differ
 
 
-def test_derivatives_through_the_batch():
-    """`jax.grad` after the `jax.vmap` (directly and through `jax.jit`), before it, and `jax.jacfwd`:
-    the derivatives of the vmapped program (custom derivatives of the Newton solves included), to
-    round-off, and a central difference."""
-    q0, omega0 = _states(5, seed=1)
+def _depth_loss(q0, omega0):
+    """The summed depth of the second bobs after 30 steps, as a function of l1, over a vmapped batch."""
 
     def loss(l1):
         p = dict(PARAMS, l1=l1)
         return jnp.sum(jax.vmap(lambda q, w: _final(q, w, p).q[-1, 1, 2])(q0, omega0))
 
+    return loss
+
+
+def test_gradient_after_the_vmap():
+    """`jax.grad` of a vmapped batch (the `custom_jvp` around the members-last evaluation): the
+    derivative of the vmapped program (custom derivatives of the Newton solves included) to
+    round-off."""
+    loss = _depth_loss(*_states(5, seed=1))
     l1 = PARAMS["l1"]
     with plain_vmap():
         reference = jax.grad(loss)(l1)
-    for gradient in (jax.grad(loss)(l1), jax.grad(jax.jit(loss))(l1), jax.jacfwd(loss)(l1)):
+    np.testing.assert_allclose(jax.grad(loss)(l1), reference, rtol=1e-12)
+    assert abs(float(reference)) > 1e-4
+
+
+@pytest.mark.slow
+def test_derivatives_in_every_order():
+    """`jax.grad` through a `jax.jit` of the vmap, `jax.jacfwd`, and the derivative taken before the
+    `jax.vmap` (no batched program): the vmapped program's derivative, which a central difference
+    confirms."""
+    q0, omega0 = _states(5, seed=1)
+    loss = _depth_loss(q0, omega0)
+    l1 = PARAMS["l1"]
+    with plain_vmap():
+        reference = jax.grad(loss)(l1)
+    for gradient in (jax.grad(jax.jit(loss))(l1), jax.jacfwd(loss)(l1)):
         np.testing.assert_allclose(gradient, reference, rtol=1e-12)
     step = 1e-5
     central = (loss(l1 + step) - loss(l1 - step)) / (2 * step)
     # the central difference's rounding, ~|loss| 1e-16 / 1e-5 ≈ 1e-10, on a derivative of ~7e-4
     np.testing.assert_allclose(reference, central, rtol=1e-6)
-    assert abs(float(reference)) > 1e-4
 
     def member_gradient(q, w):
         return jax.grad(lambda l1: _final(q, w, dict(PARAMS, l1=l1)).q[-1, 1, 2])(l1)
@@ -152,3 +171,37 @@ def test_a_dense_inertia_keeps_the_vmap(built):
     with plain_vmap():
         theirs = jax.vmap(run)(q0, omega0)
     np.testing.assert_array_equal(ours, theirs)
+
+
+class _Damper(eqx.Module):
+    """A feedback u = −k ω₀ (a torque on body 0), its gain an array of the policy."""
+
+    gain: jax.Array
+
+    def __call__(self, t, q, omega, params):
+        return -self.gain * omega[0]
+
+
+@pytest.mark.slow
+def test_controls_and_policies_batch_members_last(built):
+    """A force reading the controls, open loop (a control sequence per member) and by a feedback
+    policy (an equinox Module whose array all members share): both to round-off against
+    `jax.vmap`, both with the members last."""
+    q0, omega0 = _states(6, seed=5)
+    torques = 0.5 * jax.random.normal(jax.random.PRNGKey(6), (6, 20, 3))
+    options = dict(dt=0.01, num_steps=20, force=s2.forces.PivotTorque(0))
+
+    def open_loop(q, w, u):
+        return s2.simulate(dsp.lagrangian, q, w, PARAMS, controls=u, **options).q
+
+    def feedback(q, w):
+        return s2.simulate(dsp.lagrangian, q, w, PARAMS, controls=_Damper(jnp.asarray(2.0)), **options).q
+
+    for fn, args in ((open_loop, (q0, omega0, torques)), (feedback, (q0, omega0))):
+        ours = jax.vmap(fn)(*args)
+        with plain_vmap():
+            theirs = jax.vmap(fn)(*args)
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12)
+    assert len(built) == 2 and not any(b.vmapped for b in built)
+    free = jax.vmap(lambda q, w: s2.simulate(dsp.lagrangian, q, w, PARAMS, dt=0.01, num_steps=20).q)(q0, omega0)
+    assert float(jnp.max(jnp.abs(ours - free))) > 1e-6  # the feedback acts
