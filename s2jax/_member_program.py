@@ -158,12 +158,6 @@ def _members_last_run(
     padded = chunks * chunk
     example = program.avals
     last = members_last(program.flat, *example, axis_name=MEMBERS_AXIS, members=chunk, batched=batched)
-    if not forced:
-        jax.eval_shape(last, *[
-            jax.ShapeDtypeStruct((*a.shape, chunk) if b else a.shape, a.dtype) for a, b in zip(example, batched)
-        ])
-        if last.vmapped:
-            return None
 
     def forward(*arrays):
         if chunks == 1:
@@ -183,7 +177,17 @@ def _members_last_run(
     vmapped = _vmapped(program, tuple(-1 if b else None for b in batched), -1, members)
     run = jax.custom_jvp(forward)
     run.defjvp(lambda primals, tangents: jax.jvp(vmapped, primals, tangents))
-    return jax.jit(run, compiler_options=(compiler_options() or None) if outermost else None)
+    compiled = jax.jit(run, compiler_options=(compiler_options() or None) if outermost else None)
+    if not forced:
+        # Traced once here, abstractly: the evaluation notes what fell back (`last.vmapped`), and
+        # the call that follows reuses this trace.
+        jax.eval_shape(compiled, *[
+            jax.ShapeDtypeStruct((*a.shape, members) if b else a.shape, a.dtype, weak_type=a.weak_type)
+            for a, b in zip(example, batched)
+        ])
+        if last.vmapped:
+            return None
+    return compiled
 
 
 member_program_p.def_impl(_impl)
