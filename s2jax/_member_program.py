@@ -2,8 +2,8 @@
 
 A user's `jax.vmap` of `simulate` batches every operation of the run the way `jax.vmap` does, with
 the members along the first axis, where XLA's CPU compiler vectorises over 3-vectors only
-(`_members_last`'s docstring). `simulate_batch` evaluates its chunks with the members last, but a
-`jax.vmap` cannot be intercepted by a function: it batches primitives. So, under a transformation,
+(`_members_last`'s docstring). A `jax.vmap` cannot be intercepted by a function: it batches
+primitives. So, under a transformation,
 `simulate` runs its compiled program as one primitive, `member_program_p`, which carries the
 member's program (`MemberProgram`: the traced function and its argument shapes) and has a rule
 for each transformation:
@@ -20,8 +20,10 @@ for each transformation:
   that contains it, say) differentiates the vmapped program, exactly as before, while the values
   come from the members-last evaluation (equal to round-off).
 
-So `jax.vmap(simulate)` gains the members-last layout's throughput (docs/batches.md) without
-changing what any transformation computes.
+So `jax.vmap(simulate)` gains the members-last layout's throughput without changing what any
+transformation computes: on the double pendulum the VI runs 2.5–2.7× faster than vmapped
+(docs/batches.md, "`jax.vmap(simulate)`"). `simulate_batch` takes its layout through the same
+rule (`plain_vmap` and `forced_members_last` carry its `members_last`).
 """
 
 import contextlib
