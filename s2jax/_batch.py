@@ -13,9 +13,10 @@ with the members along the last axis of its arrays, through `simulate`'s own bat
 throughput of `jax.vmap` on the double pendulum (docs/batches.md, "The layout of a batch"), and
 under `jax.grad` the derivatives are the vmapped batch's. With `members_last=False` (or where a
 primitive has no rule in that layout), a long run on CPU maps each device's slice a chunk of
-members at a time (`lax.map` of `jax.vmap`, `chunk_size`). A vmapped step works on arrays of shape (members, n, 3),
-and every fusion of it streams them through the cache: with the whole slice of 1024 double pendula
-a VI step's ~76 fusions run from L3, and its loop is too large for XLA to compile whole
+members at a time (`lax.map` of `jax.vmap`, `chunk_size`). A vmapped step works on arrays of
+shape (members, n, 3), and every fusion of it streams them through the cache: with the whole
+slice of 1024 double pendula a VI step's ~76 fusions run from L3, and its loop is too large for
+XLA to compile whole
 (`_jit.LOOP_BYTES`). Chunks of `CHUNK_BODIES` bodies stay in L2 and compile whole: 1.12–1.14× the
 throughput on the double pendulum, 0.96–1.36× on a 16-link chain (one / two host devices), with the
 members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so only from

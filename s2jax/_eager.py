@@ -84,11 +84,7 @@ def _integrate_call(static: _Static, arrays: list, q0, omega0, dt, controls) -> 
     (flat lists on both sides: jax.jit's dispatch flattens no Module on a call)."""
     from ._simulate import integrate  # the loop's caller; _simulate imports this module
 
-    treedef, static_leaves = static.value
-    leaves, arrays = [], iter(arrays)
-    for leaf in static_leaves:
-        leaves.append(next(arrays) if leaf is _ARRAY else leaf)
-    the_plan, adjoint, policy, params, num_steps, save_every, throw = jtu.tree_unflatten(treedef, leaves)
+    the_plan, adjoint, policy, params, num_steps, save_every, throw = join_arrays(static, arrays)
     solution = integrate(
         the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, False, throw
     )
@@ -96,6 +92,21 @@ def _integrate_call(static: _Static, arrays: list, q0, omega0, dt, controls) -> 
 
 
 _ARRAY = object()  # where a static leaf stands for one of the arrays
+
+
+def split_arrays(tree) -> tuple[list, _Static]:
+    """`(arrays, static)`: the array leaves of `tree`, and the rest with its structure, hashed once
+    (a `TypeError` where a part cannot be hashed); `join_arrays(static, arrays)` is `tree` again."""
+    leaves, treedef = jtu.tree_flatten(tree)
+    arrays = [leaf for leaf in leaves if eqx.is_array(leaf)]
+    return arrays, _Static((treedef, tuple(_ARRAY if eqx.is_array(leaf) else leaf for leaf in leaves)))
+
+
+def join_arrays(static: _Static, arrays):
+    """The tree `split_arrays` split into `static` and `arrays` (or arrays in their place)."""
+    treedef, static_leaves = static.value
+    arrays = iter(arrays)
+    return jtu.tree_unflatten(treedef, [next(arrays) if leaf is _ARRAY else leaf for leaf in static_leaves])
 
 
 class EagerCalls:
@@ -134,10 +145,8 @@ class EagerCalls:
         general Lagrangian (whose inertia is checked at each initial state), or unhashable parts."""
         if not trace_state_clean() or isinstance(the_plan.system, GeneralLagrangianSystem):
             return None
-        leaves, treedef = jtu.tree_flatten((the_plan, resolved_adjoint, policy, params, num_steps, save_every, throw))
-        arrays = [leaf for leaf in leaves if eqx.is_array(leaf)]
         try:  # a dict of params is not hashable, its treedef is
-            static = _Static((treedef, tuple(_ARRAY if eqx.is_array(leaf) else leaf for leaf in leaves)))
+            arrays, static = split_arrays((the_plan, resolved_adjoint, policy, params, num_steps, save_every, throw))
         except TypeError:  # a part that cannot be hashed (a mutable object closed over): not kept
             return None
         name = type(the_plan.integrator).__name__

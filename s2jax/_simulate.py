@@ -17,7 +17,7 @@ from jax import lax
 from . import _member_program as member_program
 from ._adjoint import NO_FAILURE, AbstractAdjoint, default_adjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params
-from ._eager import EagerCalls
+from ._eager import EagerCalls, join_arrays, split_arrays
 from ._errors import error_if, failure_check
 from ._force import AbstractForce
 from ._integrators import AbstractAdaptiveIntegrator, AbstractIntegrator
@@ -221,30 +221,25 @@ def integrate(
 
 _integrate = filter_jit(integrate)
 
-_ARRAY = object()  # where a static leaf stands for one of the program's arrays
-
-
 def _run(the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, progress, throw):
     """`integrate`'s `Solution`; under a transformation (on CPU) through `member_program_p`, so that a
     `jax.vmap` of it runs with the members along the last axis (`_member_program`)."""
-    arguments = (the_plan, adjoint, q0, omega0, params, dt, controls, policy)
+    arguments = (the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps, save_every, throw)
     if progress or trace_state_clean() or not member_program.enabled():
-        return _integrate(*arguments, num_steps, save_every, progress, throw)
-    leaves, treedef = jtu.tree_flatten(arguments)
-    arrays = [leaf for leaf in leaves if eqx.is_array(leaf)]
-    avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=jax.typeof(x).weak_type) for x in arrays)
-    key = (treedef, tuple(_ARRAY if eqx.is_array(leaf) else leaf for leaf in leaves), avals, num_steps, save_every,
-           throw)
+        return _integrate(*arguments[:-1], progress, throw)
     try:
-        program = _PROGRAMS.get(key)
+        arrays, static = split_arrays(arguments)
     except TypeError:  # a part that cannot be hashed (a mutable object closed over): as it is
-        return _integrate(*arguments, num_steps, save_every, progress, throw)
+        return _integrate(*arguments[:-1], progress, throw)
+    avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=jax.typeof(x).weak_type) for x in arrays)
+    key = (static, avals)
+    program = _PROGRAMS.get(key)
     if program is None:
-        program = _member_program(key, q0.shape[0])
+        program = member_program.MemberProgram(_integrate_arrays(static), avals, q0.shape[0], key)
         # A model or policy closing over values of the transformation under way (a Lagrangian of
         # a parameter being differentiated), or with a callback (`jax.debug.print`), runs inline.
         if program.jaxpr.effects or any(isinstance(c, jax.core.Tracer) for c in program.jaxpr.consts):
-            return _integrate(*arguments, num_steps, save_every, progress, throw)
+            return _integrate(*arguments[:-1], progress, throw)
         _PROGRAMS[key] = program
         if len(_PROGRAMS) > 64:
             _PROGRAMS.popitem(last=False)
@@ -256,16 +251,14 @@ def _run(the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps,
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()  # `_run`'s programs, the 64 made last
 
 
-def _member_program(key, num_bodies: int) -> member_program.MemberProgram:
-    """The program of `_run`'s `key`: the static leaves and options in it, the arrays its arguments."""
-    treedef, static_leaves, avals, num_steps, save_every, throw = key
+def _integrate_arrays(static) -> Callable:
+    """`_integrate` of `_run`'s arguments, their arrays given and the rest (`static`) fixed."""
 
     def run(*arrays):
-        arrays = iter(arrays)
-        arguments = jtu.tree_unflatten(treedef, [next(arrays) if leaf is _ARRAY else leaf for leaf in static_leaves])
-        return _integrate(*arguments, num_steps, save_every, False, throw)
+        *arguments, throw = join_arrays(static, arrays)
+        return _integrate(*arguments, False, throw)
 
-    return member_program.MemberProgram(run, avals, num_bodies, key)
+    return run
 
 
 def simulate_plan(
