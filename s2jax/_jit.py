@@ -19,6 +19,8 @@ import jax
 import numpy as np
 from jax._src import core as jax_core
 
+from . import _exported
+
 # No YNNPACK fusion types: XLA's own elementwise fusion emitter runs every fusion. And XLA CPU's classic
 # (LLVM IR) fusion emitters, not the MLIR ones: the same speed, less compile time (measured in
 # docs/performance.md, "How s2jax compiles on CPU").
@@ -142,6 +144,10 @@ def filter_jit(fun):
         if with_options is None:
             options = compiler_options()
             with_options = eqx.filter_jit(fun, compiler_options=options) if options else plain
+        if _exported.active():
+            out = _exported.call(fun, compiler_options(), args, kwargs)
+            if out is not NotImplemented:
+                return out
         return with_options(*args, **kwargs)
 
     def cache_size() -> int:

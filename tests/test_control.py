@@ -212,6 +212,8 @@ def test_command_line_solves_and_plots(swing_up, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "control 1" in out and f"wrote {tmp_path / 'control_1.png'}" in out
     assert (tmp_path / "control_1.png").stat().st_size > 10_000
+    # its programs stored with their tracing, for the next run (tests/test_exported.py)
+    assert list((s2.default_cache_dir() / "exported").glob("*.program"))
 
 
 def test_ilqr_needs_at_least_one_step():

@@ -5,10 +5,13 @@ python -m s2jax double-pendulum [--out DIR]      (= reproduce 1)
 python -m s2jax control [example …|all] [--out DIR]   (trajectory optimisation, 1 … 3)
 
 Compiled programs are kept in JAX's persistent compilation cache (`s2jax.default_cache_dir()`,
-`$S2JAX_CACHE_DIR` to move it), so a second run compiles little; `--no-cache` turns it off.
+`$S2JAX_CACHE_DIR` to move it), so a second run compiles little, and s2jax's own programs are kept
+traced too (`exported/` in that folder, s2jax/_exported.py), so it traces little; `--no-cache`
+turns both off.
 """
 
 import argparse
+import contextlib
 import importlib.util
 import pathlib
 import sys
@@ -16,6 +19,7 @@ import sys
 import jax
 
 from .. import AdaptiveRungeKutta45, enable_compilation_cache
+from .._exported import exported_programs
 from . import control_examples
 from .reproduce import EXAMPLES, reproduce
 
@@ -104,19 +108,23 @@ def main(argv=None) -> int:
     if missing is not None:
         print(f"python -m s2jax {args.command} {missing}", file=sys.stderr)
         return 1
+    programs = contextlib.nullcontext()
     if not args.no_cache:
-        enable_compilation_cache()
+        folder = enable_compilation_cache()
+        # s2jax's own programs, stored with their tracing (`_exported`): a second run skips it
+        programs = exported_programs(folder / "exported", tag=f"python -m s2jax {args.command}")
     import matplotlib
 
     # Figures are written to files, never shown: no display needed.
     matplotlib.use("Agg")
     try:
-        if args.command == "reproduce":
-            reproduce(numbers, args.out, args.horizon_scale)
-        elif args.command == "control":
-            control_examples.run(numbers, args.out)
-        else:
-            reproduce([1], args.out)
+        with programs:
+            if args.command == "reproduce":
+                reproduce(numbers, args.out, args.horizon_scale)
+            elif args.command == "control":
+                control_examples.run(numbers, args.out)
+            else:
+                reproduce([1], args.out)
     except OSError as error:
         # A file-system problem (an --out that is a file, no permission, a full disk) is the
         # user's to fix: one line, not a traceback. Files already written stay whole.
