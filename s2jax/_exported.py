@@ -18,8 +18,9 @@ the `tag` of the context. It does not follow code that a function reaches throug
 of a module (`helpers.cost(q)`), nor what a Python callback computes: for a user's script, whose
 helpers change between runs, a stale program could be called. So only the command line
 (`python -m s2jax`, tagged with its command) opens the context, whose programs are s2jax's
-source; a library call never does. A program that cannot be exported (one holding a host
-callback) is marked so and runs as usual; a file that cannot be read is exported again.
+source; a library call never does. A program that is not stored (one holding a host
+callback, or spanning several devices) is marked so and runs as usual; a file that cannot be read
+is exported again.
 """
 
 import contextlib
@@ -51,12 +52,15 @@ _STATE = threading.local()
 def exported_programs(folder: str | os.PathLike, tag: str = ""):
     """Within it, `filter_jit`'s outermost calls go through programs stored in `folder` (created
     if missing), keyed with `tag` among the rest (module docstring). Without the `flatbuffers`
-    package (`jax.export`'s serialisation) it does nothing."""
-    if importlib.util.find_spec("flatbuffers") is None:
+    package (`jax.export`'s serialisation), or where `folder` cannot be made, it does nothing."""
+    folder = pathlib.Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a cache folder that cannot be written (read-only, a file in the way): none
+        folder = None
+    if folder is None or importlib.util.find_spec("flatbuffers") is None:
         yield None
         return
-    folder = pathlib.Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     before = getattr(_STATE, "context", None)
     _STATE.context = (folder, tag)
     try:
@@ -111,12 +115,15 @@ def _export(fun, options, path: pathlib.Path, static, in_tree, avals):
         return out_leaves
 
     try:
-        serialized = jax.export.export(jax.jit(flat))(*avals).serialize()
+        exported = jax.export.export(jax.jit(flat))(*avals)
+        if exported.nr_devices != 1:  # a program over a mesh (`solve_many` on several devices): as usual
+            raise ValueError(f"a program for {exported.nr_devices} devices")
+        serialized = exported.serialize()
         blob = pickle.dumps({"format": _FORMAT, "program": serialized, "skeleton": skeleton[0]})
         # Called as read back, here too: the stored form keeps no weak types, and the outputs (the
         # arguments of a next program, part of its key) must have the same types in every process.
         exported = jax.export.deserialize(serialized)
-    except Exception:  # a host callback; an output that is not an array, or cannot be pickled
+    except Exception:  # a host callback, several devices; an output that is not an array or cannot be pickled
         exported, blob = None, pickle.dumps({"format": _FORMAT, "program": None})
     from .io import atomic_write  # not at import: io imports the public API
 

@@ -177,3 +177,48 @@ def test_a_key_does_not_depend_on_string_hashing():
         for seed in ("1", "2", "3")
     }
     assert len(described) == 1, described
+
+
+def test_a_folder_that_cannot_be_made_turns_it_off(tmp_path):
+    """A cache folder that cannot be written (here a file in the way) leaves the calls as usual:
+    the command line must not fail for it."""
+    blocker = tmp_path / "exported"
+    blocker.write_text("")
+
+    @filter_jit
+    def doubled(x):
+        return 2.0 * x
+
+    with exported_programs(blocker, "test") as folder:
+        assert folder is None and not _exported.active()
+        np.testing.assert_array_equal(doubled(jnp.arange(3.0)), 2.0 * jnp.arange(3.0))
+
+
+_TWO_DEVICES = """
+import jax, jax.numpy as jnp, numpy as np, pathlib, pickle, sys
+from jax.sharding import Mesh, PartitionSpec as P
+from s2jax._exported import exported_programs
+from s2jax._jit import filter_jit
+
+@filter_jit
+def spread(x):
+    mesh = Mesh(np.array(jax.devices()), ("i",))
+    return jax.shard_map(lambda y: 2.0 * y, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
+
+folder = pathlib.Path(sys.argv[1])
+with exported_programs(folder, "test"):
+    for _ in range(2):
+        assert np.array_equal(spread(jnp.arange(4.0)), 2.0 * np.arange(4.0))
+(stored,) = folder.iterdir()
+print(len(jax.devices()), pickle.loads(stored.read_bytes())["program"] is None)
+"""
+
+
+def test_a_program_over_several_devices_runs_as_usual(tmp_path):
+    """A program spanning a mesh of two host devices (`solve_many`'s, on two devices) is not
+    stored (a stored program is called on one device): it runs as usual, marked so."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICES, str(tmp_path)], capture_output=True, text=True, check=True,
+        env={**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"},
+    )
+    assert done.stdout.split() == ["2", "True"], done.stdout
