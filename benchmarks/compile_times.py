@@ -42,6 +42,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import write  # noqa: E402
 
@@ -154,8 +155,31 @@ def control(delta):
     return lambda: s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR(), init=init)
 
 
+def control_gradient(delta):
+    """`jax.grad` of the summed optimal costs of `s2.control.solve_many` (`ILQR(rtol=1e-15)`, two
+    members) with respect to g: a spherical pendulum moved in 0.4 s (20 steps) towards (0.6, 0,
+    0.8) from (0, 0, 1) turned by 0.5 and 0.7 rad about e₁, cost ∫ |u|² + 100 |q_N − target|² +
+    |ω_N|², the explicit VI; second call: both starts turned `DELTA` rad more."""
+    pendulum = s2.models.spherical_pendulum
+    target = np.array([[0.6, 0.0, 0.8]])
+    down = np.array([[0.0, 0.0, 1.0]])
+    starts = [_turned(angle + delta, 0, down, np.zeros((1, 3))) for angle in (0.5, 0.7)]
+    q0, omega0 = (np.stack(parts) for parts in zip(*starts))
+
+    def total(g):
+        problem = s2.control.Problem(
+            pendulum.lagrangian, {"m": 1.0, "r": 1.0, "g": g}, s2.forces.PivotTorque(0), 0.02, 20,
+            running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+            terminal_cost=lambda q, omega: 100.0 * jnp.sum((q - target) ** 2) + jnp.sum(omega**2),
+            integrator=s2.ExplicitVariationalIntegrator(),
+        )
+        return jnp.sum(s2.control.solve_many(problem, q0, omega0, solver=s2.control.ILQR(rtol=1e-15)).cost)
+
+    return lambda: jax.grad(total)(9.81)
+
+
 ENTRY_POINTS = {f.__name__: f for f in (
-    simulate, grad, simulate_batch, hamiltonian, general_lagrangian, dense_8, fit, control
+    simulate, grad, simulate_batch, hamiltonian, general_lagrangian, dense_8, fit, control, control_gradient
 )}
 
 

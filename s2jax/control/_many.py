@@ -252,5 +252,15 @@ def _iterate_many(problem, solver, q0, omega0, init, max_outer_steps, tolerance,
 
 @filter_jit
 def _finish_many(problem, q0, omega0, iterated, mesh, batch):
-    """Each member's `finish_in_graph`: its solution from the controls its iterations found."""
-    return _over_members(lambda *member: finish_in_graph(problem, *member), (q0, omega0, iterated), mesh, batch)
+    """Each member's `finish_in_graph`: its solution from the controls its iterations found.
+
+    Rematerialised (`jax.checkpoint`): differentiated, the members' loop keeps only each member's
+    inputs, and the backward pass re-simulates the member before pulling back through it. Without
+    it the linearised loop carried every member's residuals, and XLA compiled that loop whole with
+    its simulations inside (`xla_cpu_small_while_loop_byte_threshold`, docs/performance.md):
+    `jax.grad` of two 20-step swing-ups (`tests/test_solve_many.py::test_under_grad`) compiled
+    it for 21.2 s, against 0.8 s (and 4.0 s for the backward pass) rematerialised, the same
+    gradient bit for bit (`benchmarks/compile_times.py`'s `control_gradient`: first call 31.0 →
+    11.2 s). Undifferentiated, it is the same computation."""
+    finish = jax.checkpoint(lambda *member: finish_in_graph(problem, *member))
+    return _over_members(finish, (q0, omega0, iterated), mesh, batch)
