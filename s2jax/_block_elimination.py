@@ -39,6 +39,12 @@ def matvec_3x3(a: Float[Array, "... 3 3"], x: Float[Array, "... 3"]) -> Float[Ar
     return jnp.sum(a * x[..., None, :], axis=-1)
 
 
+def assemble(blocks: Float[Array, "n n 3 3"]) -> Float[Array, "3n 3n"]:
+    """The 3n × 3n matrix whose (i, j) block is blocks[i, j]."""
+    n = blocks.shape[0]
+    return jnp.transpose(blocks, (0, 2, 1, 3)).reshape(3 * n, 3 * n)
+
+
 def block_factor(blocks: Float[Array, "n n 3 3"]) -> Callable[[Float[Array, "n 3"]], Float[Array, "n 3"]]:
     """Factor Σ_j blocks[i, j] x_j = rhs_i once: **returns** `solve(rhs) -> x`, shape (n, 3).
 
@@ -50,7 +56,7 @@ def block_factor(blocks: Float[Array, "n n 3 3"]) -> Callable[[Float[Array, "n 3
     """
     n = blocks.shape[0]
     if n > MAX_UNROLLED_BODIES:
-        factors = jax.scipy.linalg.lu_factor(jnp.transpose(blocks, (0, 2, 1, 3)).reshape(3 * n, 3 * n))
+        factors = jax.scipy.linalg.lu_factor(assemble(blocks))
         return lambda rhs: jax.scipy.linalg.lu_solve(factors, rhs.reshape(3 * n)).reshape(n, 3)
     a = [[blocks[i, j] for j in range(n)] for i in range(n)]
     pivots, multipliers = [], {}
@@ -80,3 +86,13 @@ def block_factor(blocks: Float[Array, "n n 3 3"]) -> Callable[[Float[Array, "n 3
 def block_solve(blocks: Float[Array, "n n 3 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
     """Solve Σ_j blocks[i, j] x_j = rhs_i for x of shape (n, 3) (`block_factor`, applied once)."""
     return block_factor(blocks)(rhs)
+
+
+def dense_block_solve(blocks: Float[Array, "n n 3 3"], rhs: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
+    """Solve Σ_j blocks[i, j] x_j = rhs_i by one LU (LAPACK, with pivoting) of the assembled
+    matrix, whatever n: for a solve inside an inner loop, where the unrolled elimination of
+    `block_factor` would be compiled into the loop body (XLA's CPU loops are compiled whole, and
+    a loop around an unrolled elimination of 8 bodies compiles slowly: docs/performance.md,
+    "Small solves")."""
+    n = blocks.shape[0]
+    return jnp.linalg.solve(assemble(blocks), rhs.reshape(3 * n)).reshape(n, 3)
