@@ -153,7 +153,8 @@ def test_every_integrator_batches_members_last(built, integrator):
 @pytest.mark.slow
 def test_a_dense_inertia_keeps_the_vmap(built):
     """A program that would batch LAPACK's Cholesky by `jax.vmap` (a dense M of 8 bodies) is vmapped
-    as a whole: the same bits as `plain_vmap`."""
+    as a whole (its evaluation with the members last noted the fallback, so it was not used): the
+    values of `plain_vmap`."""
     rng = np.random.default_rng(0)
     root = rng.normal(size=(8, 8))
     params = {"M": jnp.asarray(root @ root.T + 8 * np.eye(8))}
@@ -170,7 +171,10 @@ def test_a_dense_inertia_keeps_the_vmap(built):
     assert len(built) == 1 and "cholesky" in built[0].vmapped
     with plain_vmap():
         theirs = jax.vmap(run)(q0, omega0)
-    np.testing.assert_array_equal(ours, theirs)
+    # Not bit for bit: two compilations of the one vmapped program, which at the suite's XLA level 0
+    # round differently by an ulp (measured 2.2e-16) since the VI's Newton steps after a stalled
+    # chord solve by LAPACK's LU (`dense_block_solve`); with the unrolled elimination they agreed.
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-15)
 
 
 class _Damper(eqx.Module):
