@@ -66,7 +66,8 @@ def test_a_linearised_run_of_a_coupled_m_takes_rattle():
     assert type(linearised.select(system, "dense", 2)) is s2.Rattle
     assert type(linearised.select(system, "chain", 8)) is s2.Rattle
     assert type(linearised.select(system, None, 2)) is s2.Rattle  # M unknown before compiling: any M
-    assert type(linearised.select(system, "chain", 9)) is s2.VariationalIntegrator  # Rattle's LU beyond 8
+    assert type(linearised.select(system, "dense", 9)) is s2.VariationalIntegrator  # Rattle's LU beyond 8
+    assert type(linearised.select(system, "chain", 9)) is s2.Rattle  # a chain's: O(n), as unlinearised
     assert type(linearised.select(system, "chain")) is s2.VariationalIntegrator  # n unknown
     assert type(linearised.select(system, "diagonal", 2)) is s2.ExplicitVariationalIntegrator
     damped = s2.LagrangianSystem(dsp.lagrangian, s2.forces.LinearDamping(0.1))
@@ -78,6 +79,33 @@ def test_a_linearised_run_of_a_coupled_m_takes_rattle():
         running_cost=lambda t, q, omega, u: jnp.sum(u**2),
     )
     assert type(problem.plan(jnp.asarray(q0), jnp.asarray(omega0)).integrator) is s2.Rattle
+
+
+def test_the_default_on_a_chain_of_five_links_or_more_is_rattle():
+    """`AutoIntegrator()` on a chain's M (002 §4.2) from `MIN_CHAIN_RATTLE_BODIES` links, no force
+    reading ω: `Rattle`, the VI's map by multipliers in O(n). The run `simulate` gives by default is
+    the VI's to round-off (its trajectory against `VariationalIntegrator()`'s, a second solve of
+    (3.10)–(3.13)); below 5 links, with a force that reads ω, or M unknown: the VI."""
+    auto = s2.AutoIntegrator()
+    chain = s2.models.chain_pendulum
+    system = s2.LagrangianSystem(chain.lagrangian)
+    assert type(auto.select(system, "chain", 5)) is s2.Rattle
+    assert type(auto.select(system, "chain", 64)) is s2.Rattle
+    assert type(auto.select(system, "chain", 4)) is s2.VariationalIntegrator
+    assert type(auto.select(system, "dense", 16)) is s2.VariationalIntegrator
+    assert type(auto.select(system, None, 16)) is s2.VariationalIntegrator
+    damped = s2.LagrangianSystem(chain.lagrangian, s2.forces.LinearDamping(0.1))
+    assert type(auto.select(damped, "chain", 16)) is s2.VariationalIntegrator  # Rattle takes no f(ω)
+    n = 6
+    params = chain.paper_params(n)
+    q0, omega0 = chain.paper_state(n)
+    by_default = s2.simulate(chain.lagrangian, q0, omega0, params, dt=0.01, num_steps=200, save_every=50)
+    by_vi = s2.simulate(chain.lagrangian, q0, omega0, params, dt=0.01, num_steps=200, save_every=50,
+                        integrator=s2.VariationalIntegrator())
+    assert by_default.integrator == "Rattle" and by_vi.integrator == "VariationalIntegrator"
+    # Measured 1e-14-1e-13 apart: each solve's Newton tolerance (1e-12 relative), not the method.
+    np.testing.assert_allclose(by_default.q, by_vi.q, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(by_default.omega, by_vi.omega, rtol=0, atol=1e-10)
 
 
 def test_plan_is_idempotent():
