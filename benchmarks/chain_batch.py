@@ -4,8 +4,9 @@
 
 B = 1024 random initial states near hanging (`swinging_states`) of the n-link chain
 (`s2.models.chain_pendulum`, its paper params: m_i = 1 kg, l_i = 9.81 m), 1000 steps of h = 0.01,
-only the first and last states saved, through `s2.simulate_batch` with the VI (default),
-`RungeKutta4` and `Rattle` (the VI's map by multipliers, O(n) a step on a chain from 5 links),
+only the first and last states saved, through `s2.simulate_batch` with the VI, `RungeKutta4`,
+`Rattle` (the VI's map by multipliers, O(n) a step on a chain from 5 links) and the default
+(`integrator=None`: `Rattle` on a chain from 5 links, the VI before f1968ba),
 beside a hand-written RK4 vmapped over the batch (all over the same one-axis mesh of all
 devices, `shard_map`). (Before `Rattle` took a chain's tridiagonal W, beyond 8 bodies it
 factorised a dense n × n matrix by LAPACK: 0.083 M steps/s here on one device, and with two
@@ -205,6 +206,7 @@ def measure(n, batch_size, num_steps):
     calls = {}
     methods = {
         "VariationalIntegrator": s2.VariationalIntegrator(), "RungeKutta4": s2.RungeKutta4(), "Rattle": s2.Rattle(),
+        "default": None,
     }
     on_cpu = jax.default_backend() == "cpu"
     chunk = max(1, min(64, 256 // n))  # simulate_batch's chunk on CPU for a run of ≥ 10⁸ body-steps
