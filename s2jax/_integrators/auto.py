@@ -29,7 +29,7 @@ class AutoIntegrator(eqx.Module):
       ω: the same map again, (3.10)–(3.13) computed by n multipliers in O(n) an iteration
       instead of 2n tangent coordinates (its docstring; 2.4e-14 apart after 300 steps of a
       12-link chain, `tests/test_hamel_and_constrained.py`), 1.45–3.2× faster a step at 8–256
-      links and 2.5× in a batch of 16-link chains (docs/performance.md, "The default on
+      links and 2.3–2.6× in a batch of 16-link chains (docs/performance.md, "The default on
       chains"); otherwise the implicit (3.10)–(3.13), `VariationalIntegrator`, which takes any M;
     - a `GeneralLagrangianSystem` (any regular L of 001): `GeneralVariationalIntegrator`;
     - a `HamiltonianSystem` (001 (21)): `HamiltonianRattle`.
