@@ -174,7 +174,10 @@ def plan(
        otherwise (`RESULTS.invalid_parameters`). Traced params are passed through the model
        abstractly (nothing computed), so a key that `params` lacks is named before compiling.
     4. The integrator: `integrator.system_type` must admit the system (one generic check);
-       None or `AutoIntegrator()` is `AutoIntegrator().select(system, structure)`.
+       None or `AutoIntegrator()` is `AutoIntegrator().select(system, structure)`, with the
+       structure of M recognised before compiling, or, for traced params, "chain" where the
+       system is declared or probed one (so that a chain runs the same integrator under
+       `jax.jit` as eagerly); a diagonal M is then not assumed.
 
     **Raises:** `TypeError` for a model or integrator that is not one; `ValueError`, before
     compiling, for a pair that cannot run, saying why and what to use instead.
@@ -216,6 +219,10 @@ def plan(
         else:
             check_form = True
             system = system.with_probed_structure(q0.shape[0], params, q0.dtype)
+            if system.inertia_structure == "chain":
+                # Declared or probed, and checked on the actual M in the graph
+                # (`RESULTS.inertia_not_chain`): a chain chooses as its concrete params would.
+                structure = "chain"
     check_inertia = isinstance(system, GeneralLagrangianSystem) and not (
         _is_concrete((q0, omega0, params)) and check_tangent_inertia(system, q0, omega0, params)
     )

@@ -85,7 +85,8 @@ def test_the_default_on_a_chain_of_five_links_or_more_is_rattle():
     """`AutoIntegrator()` on a chain's M (002 §4.2) from `MIN_CHAIN_RATTLE_BODIES` links, no force
     reading ω: `Rattle`, the VI's map by multipliers in O(n). The run `simulate` gives by default is
     the VI's to round-off (its trajectory against `VariationalIntegrator()`'s, a second solve of
-    (3.10)–(3.13)); below 5 links, with a force that reads ω, or M unknown: the VI."""
+    (3.10)–(3.13)), under `jax.jit` with traced params as eagerly; below 5 links, with a force that
+    reads ω, or M not known to be a chain's: the VI."""
     auto = s2.AutoIntegrator()
     chain = s2.models.chain_pendulum
     system = s2.LagrangianSystem(chain.lagrangian)
@@ -103,6 +104,12 @@ def test_the_default_on_a_chain_of_five_links_or_more_is_rattle():
     by_vi = s2.simulate(chain.lagrangian, q0, omega0, params, dt=0.01, num_steps=200, save_every=50,
                         integrator=s2.VariationalIntegrator())
     assert by_default.integrator == "Rattle" and by_vi.integrator == "VariationalIntegrator"
+    # With params traced (M unknown before compiling) the chain is probed, and chooses the same.
+    traced = jax.jit(lambda p: s2.simulate(chain.lagrangian, q0, omega0, p, dt=0.01, num_steps=200, save_every=50))(
+        jax.tree_util.tree_map(jnp.asarray, params)
+    )
+    assert traced.integrator == "Rattle"
+    np.testing.assert_allclose(traced.q, by_default.q, rtol=0, atol=1e-13)  # the same program but for rounding
     # Measured 1e-14-1e-13 apart: each solve's Newton tolerance (1e-12 relative), not the method.
     np.testing.assert_allclose(by_default.q, by_vi.q, rtol=0, atol=1e-11)
     np.testing.assert_allclose(by_default.omega, by_vi.omega, rtol=0, atol=1e-10)
