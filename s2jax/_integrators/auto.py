@@ -59,8 +59,9 @@ class AutoIntegrator(eqx.Module):
         **Arguments:**
 
         - `system`: the system to integrate.
-        - `structure`: "diagonal", "chain" or "dense" where M of (2.2) is known before compiling,
-          None where it is not (traced params); a known diagonal M or chain changes the choice.
+        - `structure`: "diagonal", "chain" or "dense" where M of (2.2) is known before compiling
+          (for traced params `plan` passes "chain" for a chain declared or probed from L, else
+          None); a known diagonal M or chain changes the choice.
         - `num_bodies`: n, where known (`Rattle` is chosen by it; None: not `Rattle`).
 
         **Returns:** an `AbstractIntegrator` whose `system_type` admits `system`.
