@@ -389,8 +389,8 @@ class VariationalIntegrator(AbstractIntegrator):
             else:
                 chord = _tangent_chord(q, structured.inverse, mass, state.gram_factor)
             # Newton's steps after a stalled chord, and the root's derivative, solve with the
-            # closed-form Jacobian by one LU: the unrolled elimination, compiled into the stall
-            # loop, took a dense n = 8 run's first call from 2.5 to 10 s (`dense_block_solve`).
+            # closed-form Jacobian by one LU (`dense_block_solve`): with the unrolled elimination
+            # compiled into the stall loop a dense n = 8 run's first call took 8.6–9.4 s, 2.3–2.9 s now.
             f, _, converged = newton_root(
                 cayley_residual, f0, **self.newton.options,
                 unrolled=self.unrolled, approximate_inverse=chord,
