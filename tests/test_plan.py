@@ -115,6 +115,38 @@ def test_the_default_on_a_chain_of_five_links_or_more_is_rattle():
     np.testing.assert_allclose(by_default.omega, by_vi.omega, rtol=0, atol=1e-10)
 
 
+@pytest.mark.slow
+def test_the_default_on_a_chain_under_vmap_and_grad_is_the_variational_integrators():
+    """The default on a 5-link chain (`Rattle`) under `jax.vmap` (a user's, over initial states)
+    and `jax.grad` (with respect to a length, params traced: the chain probed): the values and the
+    gradient of `VariationalIntegrator()`'s runs of the same map, and the gradient that of central
+    differences."""
+    chain = s2.models.chain_pendulum
+    n = 5
+    params = jax.tree_util.tree_map(jnp.asarray, chain.paper_params(n))
+    q0, omega0 = (jnp.asarray(x) for x in chain.paper_state(n))
+
+    def final(q, w, p, integrator=None):
+        return s2.simulate(chain.lagrangian, q, w, p, dt=0.01, num_steps=60, save_every=60, integrator=integrator).q[-1]
+
+    starts = jnp.stack([q0, q0]), jnp.stack([omega0, -omega0])
+    batched = jax.vmap(lambda q, w: final(q, w, params))(*starts)
+    for k in range(2):
+        np.testing.assert_allclose(
+            batched[k], final(starts[0][k], starts[1][k], params, s2.VariationalIntegrator()), rtol=0, atol=1e-12
+        )
+
+    def loss(scale, integrator=None):
+        p = {**params, "lengths": params["lengths"].at[2].multiply(scale)}
+        return jnp.sum(final(q0, omega0, p, integrator) * jnp.arange(3.0)[None])
+
+    by_default = jax.grad(loss)(1.0)
+    np.testing.assert_allclose(by_default, jax.grad(lambda s: loss(s, s2.VariationalIntegrator()))(1.0), rtol=1e-9)
+    eps = 1e-5  # central differences: truncation ~eps², round-off ~1e-13/eps
+    np.testing.assert_allclose(by_default, (loss(1.0 + eps) - loss(1.0 - eps)) / (2 * eps), rtol=1e-6)
+    assert abs(float(by_default)) > 1e-3
+
+
 def test_plan_is_idempotent():
     """Planning a planned system again changes nothing: what `control` and `simulate_batch` rely on."""
     q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
