@@ -34,7 +34,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ._adjoint import AbstractAdjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
@@ -94,7 +94,9 @@ def simulate_batch(
 
     - `lagrangian`, `dt`, `num_steps`, `integrator`, `force`, `save_every`, `adjoint`: as
       for `simulate`, the same for every member.
-    - `q0`, `omega0`: the initial states, shape (B, n, 3).
+    - `q0`, `omega0`: the initial states, shape (B, n, 3); arrays already sharded over a mesh (one
+      of `jax.make_mesh`, `Explicit` axes included) are taken as they lie (docs/batches.md, "Your own
+      sharding"); inside `jax.jit`, not those with an `Explicit` sharding in their type.
     - `params`: a PyTree, shared by all members by default.
     - `params_axis`: which leaves of `params` have a leading batch axis of size B, as
       `in_axes` of `jax.vmap`: `None` (shared), `0` (all, Python floats too), or a PyTree
@@ -127,6 +129,7 @@ def simulate_batch(
     **Returns:** a `Solution` whose every field has a leading batch axis of size B (`t` too,
     as under `jax.vmap`), sharded over `devices` when D divides B.
     """
+    q0, omega0, params, dt = jtu.tree_map(_auto_axes, (q0, omega0, params, dt))
     q0 = jnp.asarray(q0)
     omega0 = jnp.asarray(omega0)
     for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):
@@ -197,6 +200,31 @@ class _Member(eqx.Module):
             num_steps=self.num_steps, integrator=self.integrator,
             save_every=self.save_every, adjoint=self.adjoint, throw=False,
         )
+
+
+def _auto_axes(x):
+    """`x`, or where it is an array sharded over a mesh with `Explicit` axes (`jax.make_mesh`'s
+    default), the same array over the same devices with those axes `Auto`: the batch takes its
+    first member, pads it and splits it over its own mesh, which a sharding in the type would
+    have to be given at each step (JAX raises `ShardingTypeError` otherwise)."""
+    if isinstance(x, jax.core.Tracer):
+        typed = getattr(jax.typeof(x), "sharding", None)
+        if isinstance(typed, NamedSharding) and typed.mesh.explicit_axes:
+            raise ValueError(
+                f"simulate_batch inside jax.jit got an array of type {jax.typeof(x)}, sharded over the Explicit "
+                f"axes {typed.mesh.explicit_axes} of a mesh; it splits the batch over its own mesh (`devices`). "
+                "Call it outside jax.jit (it compiles itself), or make the mesh with "
+                "axis_types=(jax.sharding.AxisType.Auto,) (docs/batches.md, 'Your own sharding')."
+            )
+        return x
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return x
+    mesh = sharding.mesh
+    if not isinstance(mesh, Mesh) or AxisType.Explicit not in mesh.axis_types:
+        return x
+    auto = Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+    return jax.device_put(x, NamedSharding(auto, sharding.spec))
 
 
 def _split_params(params, params_axis, batch_size):

@@ -118,11 +118,13 @@ def _compiled(program: MemberProgram) -> Callable:
 
 
 def _jvp(primals, tangents, *, program: MemberProgram, jaxpr):
+    _check_vma_off("differentiated (jax.grad, jax.jvp)")
     tangents = [ad.instantiate_zeros(t) for t in tangents]
     return jax.jvp(program.call, list(primals), tangents)
 
 
 def _batched(arrays, dims, *, program: MemberProgram, jaxpr):
+    _check_vma_off("batched (jax.vmap)")
     members = next(x.shape[d] for x, d in zip(arrays, dims) if d is not None)
     batched = tuple(d is not None for d in dims)
     # Outside any `jax.jit` (an eager `jax.vmap`) its program is the outermost: compiled with s2jax's options.
@@ -134,6 +136,21 @@ def _batched(arrays, dims, *, program: MemberProgram, jaxpr):
             outs = run(*[x if d is None else jnp.moveaxis(x, d, -1) for x, d in zip(arrays, dims)])
             return outs, [x.ndim - 1 for x in outs]
     return _vmapped(program, tuple(dims), 0, members)(*arrays), [0] * len(program.jaxpr.out_avals)
+
+
+def _check_vma_off(transformation: str) -> None:
+    """Refuse, with what to do instead, a transformation of `simulate` inside `jax.shard_map` with
+    `check_vma=True`: there JAX types each value as varying over the manual mesh axes or not, and
+    the program's loops start from constants (invariant) that its steps make varying, which that
+    check refuses (deep inside JAX, as an `AssertionError`). Untransformed, the program runs."""
+    if jax.config.check_vma and jax.sharding.get_abstract_mesh().manual_axes:
+        raise ValueError(
+            f"s2jax.simulate inside jax.shard_map with check_vma=True cannot be {transformation} there: its "
+            "loops start from constants that its steps make vary over the mesh's axes, which that check "
+            "refuses. Pass check_vma=False to jax.shard_map (as s2jax.simulate_batch does; a body without "
+            "collectives has nothing for the check to guard), or let s2jax.simulate_batch(..., devices=...) "
+            "split the batch (docs/batches.md, 'Your own sharding')."
+        )
 
 
 def _vmapped(program: MemberProgram, in_axes: tuple, out_axes: int, members: int) -> Callable:

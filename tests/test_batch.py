@@ -103,6 +103,52 @@ for name, call in (
         out[name] = None
     except Exception as error:
         out[name] = f"{type(error).__name__}: {error}"
+
+# 3. Batches the user sharded: arrays on a mesh of `jax.make_mesh` (Explicit axes, its default),
+#    and a user's `jax.shard_map` of `jax.vmap(simulate)`; 8 members of 002 Example 1.
+from jax.sharding import AxisType, NamedSharding
+keys = jax.random.split(jax.random.PRNGKey(2), 8)
+q0, w0 = jax.vmap(lambda k: s2.random_state(k, 2))(keys)
+options = dict(dt=0.01, num_steps=30, save_every=10)
+params = dsp.paper_params()
+def one(q, w, throw=True):
+    return s2.simulate(dsp.lagrangian, q, w, params, throw=throw, **options).q
+reference = jax.vmap(one)(q0, w0)
+mesh = jax.make_mesh((4,), ("b",))
+on_mesh = [jax.device_put(x, NamedSharding(mesh, PartitionSpec("b"))) for x in (q0, w0)]
+own = {"axis_types": str(mesh.axis_types)}
+batch = s2.simulate_batch(dsp.lagrangian, *on_mesh, params, **options).q
+own["simulate_batch"] = gap(batch, reference)
+vmapped = jax.vmap(lambda q, w: one(q, w, throw=False))(*on_mesh)
+own["vmap_no_throw"] = gap(vmapped, reference)
+own["vmap_no_throw_spec"] = str(vmapped.sharding.spec)
+def shard_map(check_vma):
+    return jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=PartitionSpec("b"), out_specs=PartitionSpec("b"),
+                         check_vma=check_vma)
+own["shard_map"] = gap(jax.jit(shard_map(False))(*on_mesh), reference)
+def depth(l1, check_vma, batched=True):
+    run = lambda q, w: s2.simulate(dsp.lagrangian, q, w, {**params, "l1": l1}, **options).q[-1, 1, 2]
+    per_device = jax.vmap(run) if batched else lambda q, w: run(q[0], w[0])[None]  # unbatched: a member each
+    body = jax.shard_map(per_device, mesh=mesh, in_specs=PartitionSpec("b"), out_specs=PartitionSpec("b"),
+                         check_vma=check_vma)
+    return jnp.sum(body(*on_mesh))
+def depth_alone(l1):
+    run = lambda q, w: s2.simulate(dsp.lagrangian, q, w, {**params, "l1": l1}, **options).q[-1, 1, 2]
+    return jnp.sum(jax.vmap(run)(q0, w0))
+own["shard_map_grad"] = [float(jax.jit(jax.grad(depth), static_argnums=1)(params["l1"], False)),
+                         float(jax.grad(depth_alone)(params["l1"]))]
+for name, call in (
+    ("shard_map_check_vma", lambda: jax.jit(shard_map(True))(*on_mesh)),
+    ("shard_map_check_vma_grad", lambda: jax.grad(depth)(params["l1"], True, False)),
+    ("simulate_batch_jit", lambda: jax.jit(lambda q, w: s2.simulate_batch(dsp.lagrangian, q, w, params, **options).q)(
+        *on_mesh)),
+):
+    try:
+        call()
+        own[name] = None
+    except Exception as error:
+        own[name] = f"{type(error).__name__}: {error}"
+out["own_sharding"] = own
 print(json.dumps(out))
 """
 
@@ -155,6 +201,32 @@ def test_bad_members_are_named_and_spare_the_others(four_devices):
     assert [b for b, c in enumerate(explicit["reversed_codes"]) if c] == [2, 6]
     assert four_devices["eager_throw"].startswith("SimulationError: s2jax.simulate (batch index (1,)): step 0 → 1")
     assert four_devices["jit_throw"].startswith("ValueError: simulate_batch with throw=True inside jax.jit")
+
+
+@pytest.mark.slow
+def test_batches_the_user_sharded(four_devices):
+    """Arrays sharded over a mesh with Explicit axes (`jax.make_mesh`'s default in this JAX) run
+    in `simulate_batch` and, with `throw=False`, in a user's `jax.vmap(simulate)` (the result
+    sharded as they were); a user's `jax.shard_map` of `jax.vmap(simulate)` with `check_vma=False`
+    runs and differentiates. What cannot run is refused with what to do instead: `check_vma=True`
+    under `jax.vmap` or `jax.grad`, and `simulate_batch` inside `jax.jit` on such arrays. Each
+    against `jax.vmap(simulate)` of the same unsharded states (one device's program, so round-off
+    apart: the chaotic pendulum over 30 steps)."""
+    own = four_devices["own_sharding"]
+    assert "Explicit" in own["axis_types"]
+    for key in ("simulate_batch", "vmap_no_throw", "shard_map"):
+        assert own[key] < 1e-12, (key, own[key])
+    assert own["vmap_no_throw_spec"] in ("P('b',)", "P('b', None, None, None)")
+    sharded, alone = own["shard_map_grad"]
+    assert abs(alone) > 1e-4
+    np.testing.assert_allclose(sharded, alone, rtol=1e-12)
+    assert own["shard_map_check_vma"].startswith(
+        "ValueError: s2jax.simulate inside jax.shard_map with check_vma=True cannot be batched (jax.vmap)"
+    )
+    assert own["shard_map_check_vma_grad"].startswith(
+        "ValueError: s2jax.simulate inside jax.shard_map with check_vma=True cannot be differentiated"
+    )
+    assert own["simulate_batch_jit"].startswith("ValueError: simulate_batch inside jax.jit got an array of type")
 
 
 def test_bad_arguments_are_named():
