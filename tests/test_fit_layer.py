@@ -209,6 +209,8 @@ def test_fitted_params_are_differentiated_at_the_optimum(noisy):
     np.testing.assert_allclose(float(jnp.sum(gradient * direction)), float(derivative), rtol=1e-10)
 
 
+# 7 s: kept out of the fast tier (README, 'Tests')
+@pytest.mark.slow
 def test_an_unconverged_fit_has_nan_derivatives(noisy):
     """Two iterations per weight and no refinement: not the optimum, so no derivative of one."""
 

@@ -440,6 +440,9 @@ def test_rattle_with_any_inertia_is_the_variational_integrator(n):
             np.testing.assert_allclose(member, alone(scale), rtol=0, atol=1e-14)
 
 
+# 15 s: kept out of the fast tier (README, 'Tests'), where test_plan.py's default on a 5- and 6-link chain
+# (`Rattle`) keeps the comparison with the VI under jax.vmap and jax.grad
+@pytest.mark.slow
 def test_rattle_on_a_chain_solves_in_o_n_and_is_the_variational_integrator():
     """From `MIN_CHAIN_RATTLE_BODIES` links RATTLE takes a chain's M by W = M⁻¹'s bands
     (tridiagonal): Newton on the multipliers and μ's solve are Thomas eliminations. A 6-link

@@ -163,6 +163,8 @@ def test_one_real_time_iteration_is_one_ilqr_iteration():
     np.testing.assert_allclose(shifted.q[-1], q_tail, rtol=0, atol=1e-13)
 
 
+# 10 s: kept out of the fast tier (README, 'Tests'); one real-time iteration is checked there
+@pytest.mark.slow
 def test_real_time_mpc_balances_a_plant_with_a_longer_rod():
     """One iteration per control step, plant 5 % longer than the model, started 0.2 rad from
     upright and moving away: upright within 1e-2 after 1 s and 1e-5 at 3 s, like MPC that solves

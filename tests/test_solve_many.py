@@ -63,6 +63,8 @@ def test_each_member_is_its_own_solve_mapped_or_in_lockstep():
     assert len(set(iterations)) > 1  # the members need different numbers of iterations
 
 
+# 7 s: kept out of the fast tier (README, 'Tests'); test_bad_members_are_named runs solve_many there
+@pytest.mark.slow
 def test_one_guess_for_many_states_and_one_state_for_many_guesses():
     problem = _reach()
     q0, omega0 = _starts(2)
