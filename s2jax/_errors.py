@@ -44,7 +44,16 @@ def error_if(tree, failed, check: Callable[..., None], *operands):
         fine = jax.pure_callback(host, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, vmap_method="broadcast_all")
         return jtu.tree_map(lambda x: jnp.where(fine, x, _poison(x)), tree)
 
-    return lax.cond(jnp.any(lax.stop_gradient(failed)), checked, lambda tree, _: tree, tree, operands)
+    try:
+        return lax.cond(jnp.any(lax.stop_gradient(failed)), checked, lambda tree, _: tree, tree, operands)
+    except ValueError as error:  # JAX's words where it cannot batch the callback (JAX 0.10.2)
+        if "is not found in mesh" not in str(error):
+            raise
+        raise ValueError(
+            "s2jax checks for failures on the host (throw=True), which JAX cannot batch under a jax.vmap over "
+            "an array sharded on a mesh's Explicit axis. Pass throw=False and read the solution's `result` "
+            "(docs/batches.md, 'Your own sharding')."
+        ) from error
 
 
 @functools.lru_cache(maxsize=256)

@@ -138,6 +138,7 @@ def depth_alone(l1):
 own["shard_map_grad"] = [float(jax.jit(jax.grad(depth), static_argnums=1)(params["l1"], False)),
                          float(jax.grad(depth_alone)(params["l1"]))]
 for name, call in (
+    ("vmap_throw", lambda: jax.vmap(one)(*on_mesh)),
     ("shard_map_check_vma", lambda: jax.jit(shard_map(True))(*on_mesh)),
     ("shard_map_check_vma_grad", lambda: jax.grad(depth)(params["l1"], True, False)),
     ("simulate_batch_jit", lambda: jax.jit(lambda q, w: s2.simulate_batch(dsp.lagrangian, q, w, params, **options).q)(
@@ -208,8 +209,9 @@ def test_batches_the_user_sharded(four_devices):
     """Arrays sharded over a mesh with Explicit axes (`jax.make_mesh`'s default in this JAX) run
     in `simulate_batch` and, with `throw=False`, in a user's `jax.vmap(simulate)` (the result
     sharded as they were); a user's `jax.shard_map` of `jax.vmap(simulate)` with `check_vma=False`
-    runs and differentiates. What cannot run is refused with what to do instead: `check_vma=True`
-    under `jax.vmap` or `jax.grad`, and `simulate_batch` inside `jax.jit` on such arrays. Each
+    runs and differentiates. What cannot run is refused with what to do instead: the host check of
+    `throw=True` under such a `jax.vmap`, `check_vma=True` under `jax.vmap` or `jax.grad`, and
+    `simulate_batch` inside `jax.jit` on such arrays. Each
     against `jax.vmap(simulate)` of the same unsharded states (one device's program, so round-off
     apart: the chaotic pendulum over 30 steps)."""
     own = four_devices["own_sharding"]
@@ -220,6 +222,7 @@ def test_batches_the_user_sharded(four_devices):
     sharded, alone = own["shard_map_grad"]
     assert abs(alone) > 1e-4
     np.testing.assert_allclose(sharded, alone, rtol=1e-12)
+    assert own["vmap_throw"].startswith("ValueError: s2jax checks for failures on the host (throw=True)")
     assert own["shard_map_check_vma"].startswith(
         "ValueError: s2jax.simulate inside jax.shard_map with check_vma=True cannot be batched (jax.vmap)"
     )
