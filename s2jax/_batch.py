@@ -127,8 +127,10 @@ def simulate_batch(
     the form (2.2) of the Lagrangian and of M's diagonal run there too.
 
     **Returns:** a `Solution` whose every field has a leading batch axis of size B (`t` too,
-    as under `jax.vmap`), sharded over `devices` when D divides B.
+    as under `jax.vmap`), sharded over `devices` when D divides B; for a `q0` sharded over a mesh
+    of the caller's, put back on that mesh, the batch axis sharded as `q0`'s.
     """
+    placement = _placement(q0)
     q0, omega0, params, dt = jtu.tree_map(_auto_axes, (q0, omega0, params, dt))
     q0 = jnp.asarray(q0)
     omega0 = jnp.asarray(omega0)
@@ -180,6 +182,8 @@ def simulate_batch(
             solution = jax.vmap(checked)(solution)
         else:
             raise_if_failed(*_on_every_host(codes, solution.failed_step), dt, integrator=solution.integrator)
+    if placement is not None:  # back on the caller's mesh, where their other arrays are
+        solution = jtu.tree_map(lambda x: jax.device_put(x, placement), solution)
     return solution
 
 
@@ -200,6 +204,20 @@ class _Member(eqx.Module):
             num_steps=self.num_steps, integrator=self.integrator,
             save_every=self.save_every, adjoint=self.adjoint, throw=False,
         )
+
+
+def _placement(q0) -> NamedSharding | None:
+    """Where the batch's results go: for initial states sharded over a mesh of the caller's, that
+    mesh with the batch axis sharded as q0's (JAX does not mix arrays of two meshes in one
+    operation, and the batch runs over a mesh of its own); else None (they stay sharded over
+    `devices`)."""
+    sharding = getattr(q0, "sharding", None)
+    if isinstance(q0, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
+        return None
+    if not isinstance(sharding.mesh, Mesh) or not q0.is_fully_addressable:
+        return None
+    spec = tuple(sharding.spec)
+    return NamedSharding(sharding.mesh, PartitionSpec(spec[0] if spec else None))
 
 
 def _auto_axes(x):

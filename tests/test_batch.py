@@ -119,13 +119,16 @@ on_mesh = [jax.device_put(x, NamedSharding(mesh, PartitionSpec("b"))) for x in (
 own = {"axis_types": str(mesh.axis_types)}
 batch = s2.simulate_batch(dsp.lagrangian, *on_mesh, params, **options).q
 own["simulate_batch"] = gap(batch, reference)
+own["simulate_batch_sharding"] = [list(batch.sharding.mesh.axis_names), str(batch.sharding.spec)]
 vmapped = jax.vmap(lambda q, w: one(q, w, throw=False))(*on_mesh)
 own["vmap_no_throw"] = gap(vmapped, reference)
 own["vmap_no_throw_spec"] = str(vmapped.sharding.spec)
 def shard_map(check_vma):
     return jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=PartitionSpec("b"), out_specs=PartitionSpec("b"),
                          check_vma=check_vma)
-own["shard_map"] = gap(jax.jit(shard_map(False))(*on_mesh), reference)
+sharded = jax.jit(shard_map(False))(*on_mesh)
+own["shard_map"] = gap(sharded, reference)
+own["mixed"] = float(jnp.max(jnp.abs(sharded - batch)))  # one mesh: an operation of JAX's takes both
 def depth(l1, check_vma, batched=True):
     run = lambda q, w: s2.simulate(dsp.lagrangian, q, w, {**params, "l1": l1}, **options).q[-1, 1, 2]
     per_device = jax.vmap(run) if batched else lambda q, w: run(q[0], w[0])[None]  # unbatched: a member each
@@ -207,17 +210,18 @@ def test_bad_members_are_named_and_spare_the_others(four_devices):
 @pytest.mark.slow
 def test_batches_the_user_sharded(four_devices):
     """Arrays sharded over a mesh with Explicit axes (`jax.make_mesh`'s default in this JAX) run
-    in `simulate_batch` and, with `throw=False`, in a user's `jax.vmap(simulate)` (the result
-    sharded as they were); a user's `jax.shard_map` of `jax.vmap(simulate)` with `check_vma=False`
-    runs and differentiates. What cannot run is refused with what to do instead: the host check of
-    `throw=True` under such a `jax.vmap`, `check_vma=True` under `jax.vmap` or `jax.grad`, and
-    `simulate_batch` inside `jax.jit` on such arrays. Each
-    against `jax.vmap(simulate)` of the same unsharded states (one device's program, so round-off
-    apart: the chaotic pendulum over 30 steps)."""
+    in `simulate_batch` (its result back on their mesh) and, with `throw=False`, in a user's
+    `jax.vmap(simulate)` (the result sharded as they were); a user's `jax.shard_map` of
+    `jax.vmap(simulate)` with `check_vma=False` runs and differentiates. What cannot run is
+    refused with what to do instead: the host check of `throw=True` under such a `jax.vmap`,
+    `check_vma=True` under `jax.vmap` or `jax.grad`, and `simulate_batch` inside `jax.jit` on
+    such arrays. Each against `jax.vmap(simulate)` of the same unsharded states (one device's
+    program, so round-off apart: the chaotic pendulum over 30 steps)."""
     own = four_devices["own_sharding"]
     assert "Explicit" in own["axis_types"]
-    for key in ("simulate_batch", "vmap_no_throw", "shard_map"):
+    for key in ("simulate_batch", "vmap_no_throw", "shard_map", "mixed"):
         assert own[key] < 1e-12, (key, own[key])
+    assert own["simulate_batch_sharding"] == [["b"], "P('b',)"]  # back on the caller's mesh
     assert own["vmap_no_throw_spec"] in ("P('b',)", "P('b', None, None, None)")
     sharded, alone = own["shard_map_grad"]
     assert abs(alone) > 1e-4
