@@ -24,6 +24,7 @@ members stepping together (`_loop.MEMBERS_AXIS`), but ~1 s more compile time, so
 """
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -34,7 +35,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 from jax.experimental import multihost_utils
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 from ._adjoint import AbstractAdjoint
 from ._custom_types import ArrayLike, Float, Lagrangian, Params, PyTree
@@ -46,6 +47,7 @@ from ._loop import MEMBERS_AXIS
 from ._member_program import chunk_members, forced_members_last, plain_vmap
 from ._plan import plan
 from ._results import RESULTS
+from ._sharding import auto_axes, caller_placement, place
 from ._simulate import simulate
 from ._solution import Solution
 from ._system import AbstractSystem
@@ -130,8 +132,9 @@ def simulate_batch(
     as under `jax.vmap`), sharded over `devices` when D divides B; for a `q0` sharded over a mesh
     of the caller's, put back on that mesh, the batch axis sharded as `q0`'s.
     """
-    placement = _placement(q0)
-    q0, omega0, params, dt = jtu.tree_map(_auto_axes, (q0, omega0, params, dt))
+    placement = caller_placement(q0)
+    unsharded = functools.partial(auto_axes, caller="simulate_batch")
+    q0, omega0, params, dt = jtu.tree_map(unsharded, (q0, omega0, params, dt))
     q0 = jnp.asarray(q0)
     omega0 = jnp.asarray(omega0)
     for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):
@@ -182,9 +185,7 @@ def simulate_batch(
             solution = jax.vmap(checked)(solution)
         else:
             raise_if_failed(*_on_every_host(codes, solution.failed_step), dt, integrator=solution.integrator)
-    if placement is not None:  # back on the caller's mesh, where their other arrays are
-        solution = jtu.tree_map(lambda x: jax.device_put(x, placement), solution)
-    return solution
+    return place(solution, placement)  # on the caller's mesh, where their other arrays are
 
 
 class _Member(eqx.Module):
@@ -204,45 +205,6 @@ class _Member(eqx.Module):
             num_steps=self.num_steps, integrator=self.integrator,
             save_every=self.save_every, adjoint=self.adjoint, throw=False,
         )
-
-
-def _placement(q0) -> NamedSharding | None:
-    """Where the batch's results go: for initial states sharded over a mesh of the caller's, that
-    mesh with the batch axis sharded as q0's (JAX does not mix arrays of two meshes in one
-    operation, and the batch runs over a mesh of its own); else None (they stay sharded over
-    `devices`)."""
-    sharding = getattr(q0, "sharding", None)
-    if isinstance(q0, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
-        return None
-    if not isinstance(sharding.mesh, Mesh) or not q0.is_fully_addressable:
-        return None
-    spec = tuple(sharding.spec)
-    return NamedSharding(sharding.mesh, PartitionSpec(spec[0] if spec else None))
-
-
-def _auto_axes(x):
-    """`x`, or where it is an array sharded over a mesh with `Explicit` axes (`jax.make_mesh`'s
-    default), the same array over the same devices with those axes `Auto`: the batch takes its
-    first member, pads it and splits it over its own mesh, which a sharding in the type would
-    have to be given at each step (JAX raises `ShardingTypeError` otherwise)."""
-    if isinstance(x, jax.core.Tracer):
-        typed = getattr(jax.typeof(x), "sharding", None)
-        if isinstance(typed, NamedSharding) and typed.mesh.explicit_axes:
-            raise ValueError(
-                f"simulate_batch inside jax.jit got an array of type {jax.typeof(x)}, sharded over the Explicit "
-                f"axes {typed.mesh.explicit_axes} of a mesh; it splits the batch over its own mesh (`devices`). "
-                "Call it outside jax.jit (it compiles itself), or make the mesh with "
-                "axis_types=(jax.sharding.AxisType.Auto,) (docs/batches.md, 'Your own sharding')."
-            )
-        return x
-    sharding = getattr(x, "sharding", None)
-    if not isinstance(sharding, NamedSharding):
-        return x
-    mesh = sharding.mesh
-    if not isinstance(mesh, Mesh) or AxisType.Explicit not in mesh.axis_types:
-        return x
-    auto = Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
-    return jax.device_put(x, NamedSharding(auto, sharding.spec))
 
 
 def _split_params(params, params_axis, batch_size):

@@ -141,10 +141,21 @@ _TWO_DEVICES = textwrap.dedent(
     problem, (q0, omega0) = _reach(), _starts(3)
     many = s2.control.solve_many(problem, q0, omega0, solver=s2.control.ILQR())
     alone = [s2.control.solve(problem, q0[b], omega0[b], solver=s2.control.ILQR()) for b in range(3)]
+    # the members sharded by the caller over a mesh of `jax.make_mesh` (Explicit axes), a fourth
+    # member a copy of the first so that the two devices hold two each
+    from jax.sharding import NamedSharding, PartitionSpec
+    mesh = jax.make_mesh((2,), ("m",))
+    members = NamedSharding(mesh, PartitionSpec("m"))
+    on_mesh = [jax.device_put(np.concatenate([x, x[:1]]), members) for x in (q0, omega0)]
+    sharded = s2.control.solve_many(problem, *on_mesh, solver=s2.control.ILQR())
     print(json.dumps({
         "shape": list(many.controls.shape),
         "difference": max(float(np.max(np.abs(many.controls[b] - a.controls))) for b, a in enumerate(alone)),
         "iterations": [[int(many.num_iterations[b]), int(a.num_iterations)] for b, a in enumerate(alone)],
+        "sharded_difference": max(
+            float(np.max(np.abs(np.asarray(sharded.controls)[b] - alone[b % 3].controls))) for b in range(4)
+        ),
+        "sharded_on": [list(sharded.controls.sharding.mesh.axis_names), str(sharded.controls.sharding.spec)],
     }))
     """
 )
@@ -153,7 +164,8 @@ _TWO_DEVICES = textwrap.dedent(
 @pytest.mark.slow
 def test_three_members_on_two_devices():
     """Split over two host devices (the batch padded to four, the padding dropped), each member
-    is still its own solve."""
+    is still its own solve; so are members the caller sharded over a mesh of `jax.make_mesh`
+    (Explicit axes), and their solutions come back on that mesh."""
     env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2")
     here = os.path.dirname(__file__)
     run = subprocess.run(
@@ -165,6 +177,9 @@ def test_three_members_on_two_devices():
     # two devices compile another program (measured: 1e-12 apart on the swing-up)
     assert report["difference"] < 1e-11
     assert all(a == b for a, b in report["iterations"])
+    # members the caller sharded over a mesh with Explicit axes: solved alike, returned on that mesh
+    assert report["sharded_difference"] < 1e-11
+    assert report["sharded_on"] == [["m"], "P('m',)"]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ converges, and its result is its single solve's; the batch is split over the ava
 at once. `batch="vmap"` keeps the lockstep form, for accelerators, where vectorising pays.
 """
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -24,6 +25,7 @@ from jax.sharding import Mesh, PartitionSpec
 from .._errors import error_if
 from .._jit import filter_jit
 from .._results import RESULTS
+from .._sharding import auto_axes, caller_placement, place
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
 from ._solve import (
@@ -66,7 +68,9 @@ def solve_many(
       iterations, so a member's result is its single solve's; `"vmap"`: in lockstep
       (`jax.vmap`), every member iterating until the slowest converges — for GPUs.
     - `devices`: the devices to split the members over (default `jax.devices()`); B is padded with
-      copies of the first member to a multiple of their number, the padding dropped.
+      copies of the first member to a multiple of their number, the padding dropped. Members
+      already sharded over a mesh of the caller's (`Explicit` axes included) are taken as they
+      lie and their solutions put back on it (docs/batches.md, "Your own sharding").
     - `throw`: raise `SimulationError` naming the first member (batch index) that did not
       converge or failed; with `throw=False` each member's code is in `result`.
 
@@ -96,6 +100,8 @@ def _solve_members(
     """`solve_many`'s solutions, refined to the fidelity if `refined`, without raising."""
     if batch not in ("map", "vmap"):
         raise ValueError(f"batch must be 'map' or 'vmap'; got {batch!r}")
+    placement = caller_placement(q0)
+    q0, omega0, init = jtu.tree_map(functools.partial(auto_axes, caller="solve_many"), (q0, omega0, init))
     q0, omega0, init, size = _members(problem, q0, omega0, init)
     if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):  # else checked in the graph
         for b in range(size):
@@ -120,7 +126,7 @@ def _solve_members(
     if refined and not traced:
         # one count of sub-steps for the batch: the one its largest miss needs
         solutions = refine(run, problem, q0[0], omega0[0], solutions)
-    return solutions
+    return place(solutions, placement)  # on the caller's mesh, where their other arrays are
 
 
 def multi_start(
