@@ -232,7 +232,9 @@ def _run(the_plan, adjoint, q0, omega0, params, dt, controls, policy, num_steps,
     except TypeError:  # a part that cannot be hashed (a mutable object closed over): as it is
         return _integrate(*arguments[:-1], progress, throw)
     avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=jax.typeof(x).weak_type) for x in arrays)
-    key = (static, avals)
+    # The mesh of a `jax.set_mesh` context is part of every traced value's type: a program traced
+    # outside one fails inside it ("context mesh … should match the aval mesh"), and vice versa.
+    key = (static, avals, jax.sharding.get_abstract_mesh())
     program = _PROGRAMS.get(key)
     if program is None:
         program = member_program.MemberProgram(_integrate_arrays(static), avals, q0.shape[0], key)
