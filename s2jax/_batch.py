@@ -47,7 +47,7 @@ from ._loop import MEMBERS_AXIS
 from ._member_program import chunk_members, forced_members_last, plain_vmap
 from ._plan import plan
 from ._results import RESULTS
-from ._sharding import auto_axes, caller_placement, place
+from ._sharding import auto_axes, caller_placement, context_placement, outside_mesh_context, place
 from ._simulate import simulate
 from ._solution import Solution
 from ._system import AbstractSystem
@@ -130,9 +130,26 @@ def simulate_batch(
 
     **Returns:** a `Solution` whose every field has a leading batch axis of size B (`t` too,
     as under `jax.vmap`), sharded over `devices` when D divides B; for a `q0` sharded over a mesh
-    of the caller's, put back on that mesh, the batch axis sharded as `q0`'s.
+    of the caller's, put back on that mesh, the batch axis sharded as `q0`'s; within a
+    `jax.set_mesh` context (the batch run outside it), on the context's mesh, the batch axis
+    sharded over all its axes where they divide B, else replicated.
     """
     placement = caller_placement(q0)
+    with outside_mesh_context("simulate_batch") as context:
+        solution = _simulate_batch(
+            lagrangian, q0, omega0, params, dt=dt, num_steps=num_steps, params_axis=params_axis, devices=devices,
+            integrator=integrator, force=force, save_every=save_every, adjoint=adjoint, throw=throw,
+            chunk_size=chunk_size, members_last=members_last,
+        )
+    # on the caller's mesh, where their other arrays are
+    return place(solution, placement or context_placement(context, solution.q.shape[0]))
+
+
+def _simulate_batch(
+    lagrangian, q0, omega0, params, *, dt, num_steps, params_axis, devices, integrator, force, save_every, adjoint,
+    throw, chunk_size, members_last,
+) -> Solution:
+    """`simulate_batch` outside any `jax.set_mesh` context, its results on its own mesh."""
     unsharded = functools.partial(auto_axes, caller="simulate_batch")
     q0, omega0, params, dt = jtu.tree_map(unsharded, (q0, omega0, params, dt))
     q0 = jnp.asarray(q0)
@@ -185,7 +202,7 @@ def simulate_batch(
             solution = jax.vmap(checked)(solution)
         else:
             raise_if_failed(*_on_every_host(codes, solution.failed_step), dt, integrator=solution.integrator)
-    return place(solution, placement)  # on the caller's mesh, where their other arrays are
+    return solution
 
 
 class _Member(eqx.Module):

@@ -46,13 +46,13 @@ def error_if(tree, failed, check: Callable[..., None], *operands):
 
     try:
         return lax.cond(jnp.any(lax.stop_gradient(failed)), checked, lambda tree, _: tree, tree, operands)
-    except ValueError as error:  # JAX's words where it cannot batch the callback (JAX 0.10.2)
-        if "is not found in mesh" not in str(error):
+    except (ValueError, TypeError) as error:  # JAX's words where it cannot batch the callback (JAX 0.10.2)
+        if "is not found in mesh" not in str(error) and "into SdyArray" not in str(error):
             raise
         raise ValueError(
             "s2jax checks for failures on the host (throw=True), which JAX cannot batch under a jax.vmap over "
-            "an array sharded on a mesh's Explicit axis. Pass throw=False and read the solution's `result` "
-            "(docs/batches.md, 'Your own sharding')."
+            "an array sharded on a mesh's Explicit axis, or inside a jax.set_mesh context. Pass throw=False and "
+            "read the solution's `result` (docs/batches.md, 'Your own sharding')."
         ) from error
 
 

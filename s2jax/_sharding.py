@@ -1,15 +1,20 @@
 """Batches the caller sharded: `simulate_batch` and `control.solve_many` split their members over a
 mesh of their own (`jax.shard_map`), and take arrays already sharded over another.
 
-Two things of JAX's sharding-in-types (JAX 0.10.2) stand in the way, and are handled here: an
+Three things of JAX's sharding-in-types (JAX 0.10.2) stand in the way, and are handled here: an
 array sharded over a mesh with `Explicit` axes (`jax.make_mesh`'s default) carries its sharding in
-its type, so taking its first member or padding it raises `ShardingTypeError`; and JAX does not
-mix arrays of two meshes in one operation, so results left on the batch's mesh would not mix with
-the caller's arrays. docs/batches.md, "Your own sharding".
+its type, so taking its first member or padding it raises `ShardingTypeError`; JAX does not mix
+arrays of two meshes in one operation, so results left on the batch's mesh would not mix with the
+caller's arrays; and inside a `jax.set_mesh` context `jax.shard_map` takes only the context's mesh.
+docs/batches.md, "Your own sharding".
 """
+
+import contextlib
 
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from ._jit import trace_state_clean
 
 
 def auto_axes(x, *, caller: str):
@@ -47,6 +52,34 @@ def caller_placement(x) -> NamedSharding | None:
         return None
     spec = tuple(sharding.spec)
     return NamedSharding(sharding.mesh, PartitionSpec(spec[0] if spec else None))
+
+
+@contextlib.contextmanager
+def outside_mesh_context(caller: str):
+    """Run the batch outside the caller's `jax.set_mesh` context, if any (from Python only: a
+    context cannot be left inside `jax.jit`, where `caller` raises a `ValueError` saying what to do
+    instead). Yields the context's mesh, or None outside a context."""
+    if jax.sharding.get_abstract_mesh().empty:
+        yield None
+        return
+    if not trace_state_clean():
+        raise ValueError(
+            f"{caller} inside jax.jit within a jax.set_mesh context: it splits the batch over a mesh of its "
+            "own, which jax.shard_map refuses there. Call it outside jax.jit (it compiles itself), or run "
+            "jax.shard_map(jax.vmap(s2jax.simulate), ..., check_vma=False) over your mesh (docs/batches.md, "
+            "'Your own sharding')."
+        )
+    mesh = jax.sharding.get_mesh()
+    with jax.set_mesh(None):
+        yield mesh
+
+
+def context_placement(mesh: Mesh | None, batch_size: int) -> NamedSharding | None:
+    """Where a batch's results go in a `jax.set_mesh` context of `mesh`: the members' axis sharded
+    over all its axes where they divide B, else replicated; None outside a context."""
+    if mesh is None:
+        return None
+    return NamedSharding(mesh, PartitionSpec(mesh.axis_names if batch_size % mesh.size == 0 else None))
 
 
 def place(tree, placement: NamedSharding | None):

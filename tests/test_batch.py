@@ -140,6 +140,20 @@ def depth_alone(l1):
     return jnp.sum(jax.vmap(run)(q0, w0))
 own["shard_map_grad"] = [float(jax.jit(jax.grad(depth), static_argnums=1)(params["l1"], False)),
                          float(jax.grad(depth_alone)(params["l1"]))]
+with jax.set_mesh(mesh):  # the mesh in context, as `jax.set_mesh(mesh)` sets it for a whole program
+    in_context = s2.simulate_batch(dsp.lagrangian, q0, w0, params, **options).q
+    own["in_context"] = gap(in_context, reference)
+    own["in_context_sharding"] = [list(in_context.sharding.mesh.axis_names), str(in_context.sharding.spec)]
+    for name, call in (
+        ("in_context_jit", lambda: jax.jit(lambda q, w: s2.simulate_batch(dsp.lagrangian, q, w, params, **options).q)(
+            q0, w0)),
+        ("in_context_vmap_throw", lambda: jax.vmap(one)(q0, w0)),
+    ):
+        try:
+            call()
+            own[name] = None
+        except Exception as error:
+            own[name] = f"{type(error).__name__}: {error}"
 for name, call in (
     ("vmap_throw", lambda: jax.vmap(one)(*on_mesh)),
     ("shard_map_check_vma", lambda: jax.jit(shard_map(True))(*on_mesh)),
@@ -212,11 +226,13 @@ def test_batches_the_user_sharded(four_devices):
     """Arrays sharded over a mesh with Explicit axes (`jax.make_mesh`'s default in this JAX) run
     in `simulate_batch` (its result back on their mesh) and, with `throw=False`, in a user's
     `jax.vmap(simulate)` (the result sharded as they were); a user's `jax.shard_map` of
-    `jax.vmap(simulate)` with `check_vma=False` runs and differentiates. What cannot run is
-    refused with what to do instead: the host check of `throw=True` under such a `jax.vmap`,
-    `check_vma=True` under `jax.vmap` or `jax.grad`, and `simulate_batch` inside `jax.jit` on
-    such arrays. Each against `jax.vmap(simulate)` of the same unsharded states (one device's
-    program, so round-off apart: the chaotic pendulum over 30 steps)."""
+    `jax.vmap(simulate)` with `check_vma=False` runs and differentiates. Within
+    `jax.set_mesh(mesh)`, `simulate_batch` of plain states runs and returns on that mesh. What
+    cannot run is refused with what to do instead: the host check of `throw=True` under such a
+    `jax.vmap` or in such a context, `check_vma=True` under `jax.vmap` or `jax.grad`, and
+    `simulate_batch` inside `jax.jit` on such arrays or in such a context. Each against
+    `jax.vmap(simulate)` of the same unsharded states (one device's program, so round-off apart:
+    the chaotic pendulum over 30 steps)."""
     own = four_devices["own_sharding"]
     assert "Explicit" in own["axis_types"]
     for key in ("simulate_batch", "vmap_no_throw", "shard_map", "mixed"):
@@ -234,6 +250,11 @@ def test_batches_the_user_sharded(four_devices):
         "ValueError: s2jax.simulate inside jax.shard_map with check_vma=True cannot be differentiated"
     )
     assert own["simulate_batch_jit"].startswith("ValueError: simulate_batch inside jax.jit got an array of type")
+    # within `jax.set_mesh(mesh)`: plain states, the result on the context's mesh
+    assert own["in_context"] < 1e-12
+    assert own["in_context_sharding"] == [["b"], "P('b',)"]
+    assert own["in_context_jit"].startswith("ValueError: simulate_batch inside jax.jit within a jax.set_mesh context")
+    assert own["in_context_vmap_throw"].startswith("ValueError: s2jax checks for failures on the host (throw=True)")
 
 
 def test_bad_arguments_are_named():

@@ -148,6 +148,8 @@ _TWO_DEVICES = textwrap.dedent(
     members = NamedSharding(mesh, PartitionSpec("m"))
     on_mesh = [jax.device_put(np.concatenate([x, x[:1]]), members) for x in (q0, omega0)]
     sharded = s2.control.solve_many(problem, *on_mesh, solver=s2.control.ILQR())
+    with jax.set_mesh(mesh):  # plain states within a mesh context: solved alike, returned on it
+        in_context = s2.control.solve_many(problem, q0, omega0, solver=s2.control.ILQR())
     print(json.dumps({
         "shape": list(many.controls.shape),
         "difference": max(float(np.max(np.abs(many.controls[b] - a.controls))) for b, a in enumerate(alone)),
@@ -156,6 +158,8 @@ _TWO_DEVICES = textwrap.dedent(
             float(np.max(np.abs(np.asarray(sharded.controls)[b] - alone[b % 3].controls))) for b in range(4)
         ),
         "sharded_on": [list(sharded.controls.sharding.mesh.axis_names), str(sharded.controls.sharding.spec)],
+        "in_context_difference": float(np.max(np.abs(np.asarray(in_context.controls) - np.asarray(many.controls)))),
+        "in_context_on": [list(in_context.controls.sharding.mesh.axis_names), str(in_context.controls.sharding.spec)],
     }))
     """
 )
@@ -165,7 +169,8 @@ _TWO_DEVICES = textwrap.dedent(
 def test_three_members_on_two_devices():
     """Split over two host devices (the batch padded to four, the padding dropped), each member
     is still its own solve; so are members the caller sharded over a mesh of `jax.make_mesh`
-    (Explicit axes), and their solutions come back on that mesh."""
+    (Explicit axes), and plain members within `jax.set_mesh` of it, and their solutions come back
+    on that mesh."""
     env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2")
     here = os.path.dirname(__file__)
     run = subprocess.run(
@@ -180,6 +185,9 @@ def test_three_members_on_two_devices():
     # members the caller sharded over a mesh with Explicit axes: solved alike, returned on that mesh
     assert report["sharded_difference"] < 1e-11
     assert report["sharded_on"] == [["m"], "P('m',)"]
+    # plain states within `jax.set_mesh(mesh)`: 3 members do not divide 2 devices, so replicated there
+    assert report["in_context_difference"] < 1e-11
+    assert report["in_context_on"] == [["m"], "P(None,)"]
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from jax.sharding import Mesh, PartitionSpec
 from .._errors import error_if
 from .._jit import filter_jit
 from .._results import RESULTS
-from .._sharding import auto_axes, caller_placement, place
+from .._sharding import auto_axes, caller_placement, context_placement, outside_mesh_context, place
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
 from ._solve import (
@@ -70,7 +70,8 @@ def solve_many(
     - `devices`: the devices to split the members over (default `jax.devices()`); B is padded with
       copies of the first member to a multiple of their number, the padding dropped. Members
       already sharded over a mesh of the caller's (`Explicit` axes included) are taken as they
-      lie and their solutions put back on it (docs/batches.md, "Your own sharding").
+      lie and their solutions put back on it; within a `jax.set_mesh` context the solutions go
+      to the context's mesh (docs/batches.md, "Your own sharding").
     - `throw`: raise `SimulationError` naming the first member (batch index) that did not
       converge or failed; with `throw=False` each member's code is in `result`.
 
@@ -97,10 +98,21 @@ def solve_many(
 def _solve_members(
     problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance, *, refined=True
 ) -> ControlSolution:
-    """`solve_many`'s solutions, refined to the fidelity if `refined`, without raising."""
+    """`solve_many`'s solutions, refined to the fidelity if `refined`, without raising; outside
+    any `jax.set_mesh` context, the solutions then put on the caller's mesh or the context's."""
     if batch not in ("map", "vmap"):
         raise ValueError(f"batch must be 'map' or 'vmap'; got {batch!r}")
     placement = caller_placement(q0)
+    with outside_mesh_context("solve_many") as context:
+        solutions = _solve_outside_mesh_context(
+            problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance, refined
+        )
+    return place(solutions, placement or context_placement(context, solutions.controls.shape[0]))
+
+
+def _solve_outside_mesh_context(
+    problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance, refined
+) -> ControlSolution:
     q0, omega0, init = jtu.tree_map(functools.partial(auto_axes, caller="solve_many"), (q0, omega0, init))
     q0, omega0, init, size = _members(problem, q0, omega0, init)
     if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):  # else checked in the graph
@@ -126,7 +138,7 @@ def _solve_members(
     if refined and not traced:
         # one count of sub-steps for the batch: the one its largest miss needs
         solutions = refine(run, problem, q0[0], omega0[0], solutions)
-    return place(solutions, placement)  # on the caller's mesh, where their other arrays are
+    return solutions
 
 
 def multi_start(
