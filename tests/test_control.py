@@ -249,3 +249,28 @@ def test_bounds_of_the_wrong_shape_or_order_are_named(bounds, match):
             running_cost=lambda t, q, w, u: jnp.sum(u**2),
             **bounds,
         )
+
+
+@pytest.mark.slow  # 8 s: kept out of the fast tier (README, 'Tests')
+def test_solve_within_a_mesh_context():
+    """Within `jax.set_mesh` (JAX's way to set a mesh for a whole program) every value of the
+    compiled solve is typed with the context's mesh, and equinox's closure conversion of the costs
+    compares those types at each call: the examples it converts with are typed alike
+    (`_implicit._typed_as_called`; without it the solve failed there with `Explicit` axes). The
+    same controls, to the bit, outside and within contexts of both axis types (one device)."""
+    target = jnp.asarray([[0.6, 0.0, 0.8]])
+    problem = s2.control.Problem(
+        pendulum.lagrangian, PARAMS, s2.forces.PivotTorque(0), 0.02, 20,
+        running_cost=lambda t, q, omega, u: jnp.sum(u**2),
+        terminal_cost=lambda q, omega: 100.0 * jnp.sum((q - target) ** 2) + jnp.sum(omega**2),
+    )
+    q0, omega0 = np.array([[0.0, np.sin(0.5), np.cos(0.5)]]), np.zeros((1, 3))
+
+    def controls():
+        return np.asarray(s2.control.solve(problem, q0, omega0, solver=s2.control.ILQR()).controls)
+
+    outside = controls()
+    assert np.max(np.abs(outside)) > 1e-3
+    for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+        with jax.set_mesh(jax.make_mesh((1,), ("x",), axis_types=(axis_type,))):
+            np.testing.assert_array_equal(controls(), outside)

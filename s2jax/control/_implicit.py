@@ -32,6 +32,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.sharding import PartitionSpec
 
 from .._custom_types import Array, Bool, Float
 from ._problem import Problem
@@ -49,12 +50,22 @@ def closure_converted(problem: Problem, q0, omega0) -> Problem:
     their derivatives stopped and `optimal_controls` differentiates with respect to them. Called
     inside the compiled solve, so the converted functions never enter a cache key."""
     t, u = jnp.zeros((), q0.dtype), jnp.zeros(problem.control_shape, q0.dtype)
+    t, q0, omega0, u = _typed_as_called((t, q0, omega0, u))
     converted = {"running_cost": eqx.filter_closure_convert(problem.running_cost, t, q0, omega0, u)}
     for name in ("terminal_cost", "terminal_constraint"):
         function = getattr(problem, name)
         if function is not None:
             converted[name] = eqx.filter_closure_convert(function, q0, omega0)
     return dataclasses.replace(problem, **converted)
+
+
+def _typed_as_called(examples):
+    """The example arguments of `closure_converted`, typed as the solver's calls will pass them:
+    within a `jax.set_mesh` context JAX types every value of the compiled solve with the context's
+    mesh (replicated), a constant included, and equinox compares those types on each call."""
+    if jax.sharding.get_abstract_mesh().empty:
+        return examples
+    return jtu.tree_map(lambda x: jax.sharding.reshard(jnp.asarray(x), PartitionSpec()), examples)
 
 
 @eqx.filter_custom_vjp
