@@ -211,6 +211,7 @@ def test_controls_and_policies_batch_members_last(built):
     assert float(jnp.max(jnp.abs(ours - free))) > 1e-6  # the feedback acts
 
 
+@pytest.mark.slow  # 11 s: kept out of the fast tier (README, 'Tests')
 def test_a_program_traced_in_one_mesh_context_is_not_reused_in_another():
     """`simulate` keeps the programs it traces for `member_program_p` (`_simulate._PROGRAMS`). A
     `jax.set_mesh` context is part of every traced value's type, so one traced in a context with
