@@ -211,27 +211,21 @@ def test_controls_and_policies_batch_members_last(built):
     assert float(jnp.max(jnp.abs(ours - free))) > 1e-6  # the feedback acts
 
 
-@pytest.mark.slow  # 11 s: kept out of the fast tier (README, 'Tests')
+@pytest.mark.slow  # 4 s (20 s in the suite): kept out of the fast tier (README, 'Tests')
 def test_a_program_traced_in_one_mesh_context_is_not_reused_in_another():
     """`simulate` keeps the programs it traces for `member_program_p` (`_simulate._PROGRAMS`). A
     `jax.set_mesh` context is part of every traced value's type, so one traced in a context with
     an `Explicit` axis cannot run in one with an `Auto` axis (JAX: "context mesh … should match the
-    aval mesh"): the context is part of the key. In each context (one device), then outside any:
-    the same values and gradient each time, to the bit."""
+    aval mesh"): the context is part of the key. `jax.jit(simulate)` in each (one device): the
+    same value, to the bit."""
     q0, omega0 = (jnp.asarray(x) for x in dsp.paper_state())
 
     def height(l1):
         return _final(q0, omega0, dict(PARAMS, l1=l1), num_steps=20).q[-1, 1, 2]
 
-    def run():
-        return jax.jit(height)(PARAMS["l1"]), jax.grad(height)(PARAMS["l1"])
-
     runs = []
     for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
         with jax.set_mesh(jax.make_mesh((1,), ("x",), axis_types=(axis_type,))):
-            runs.append(run())
-    runs.append(run())
-    assert abs(float(runs[0][1])) > 1e-4
-    for other in runs[1:]:
-        for a, b in zip(runs[0], other):
-            np.testing.assert_array_equal(a, b)
+            runs.append(jax.jit(height)(PARAMS["l1"]))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert -1.0 <= float(runs[0]) <= 1.0 and float(runs[0]) != 0.0
