@@ -62,8 +62,10 @@ def closure_converted(problem: Problem, q0, omega0) -> Problem:
 def _typed_as_called(examples):
     """The example arguments of `closure_converted`, typed as the solver's calls will pass them:
     within a `jax.set_mesh` context JAX types every value of the compiled solve with the context's
-    mesh (replicated), a constant included, and equinox compares those types on each call."""
-    if jax.sharding.get_abstract_mesh().empty:
+    mesh (replicated), a constant included, and equinox compares those types on each call. (Not
+    inside `jax.shard_map`, `control.solve_many`'s, where the examples were always typed alike.)"""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.manual_axes:
         return examples
     return jtu.tree_map(lambda x: jax.sharding.reshard(jnp.asarray(x), PartitionSpec()), examples)
 
