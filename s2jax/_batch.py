@@ -47,7 +47,7 @@ from ._loop import MEMBERS_AXIS
 from ._member_program import chunk_members, forced_members_last, plain_vmap
 from ._plan import plan
 from ._results import RESULTS
-from ._sharding import auto_axes, caller_placement, context_placement, outside_mesh_context, place
+from ._sharding import on_callers_mesh
 from ._simulate import simulate
 from ._solution import Solution
 from ._system import AbstractSystem
@@ -134,24 +134,19 @@ def simulate_batch(
     `jax.set_mesh` context (the batch run outside it), on the context's mesh, the batch axis
     sharded over all its axes where they divide B, else replicated.
     """
-    placement = caller_placement(q0)
-    with outside_mesh_context("simulate_batch") as context:
-        solution = _simulate_batch(
-            lagrangian, q0, omega0, params, dt=dt, num_steps=num_steps, params_axis=params_axis, devices=devices,
-            integrator=integrator, force=force, save_every=save_every, adjoint=adjoint, throw=throw,
-            chunk_size=chunk_size, members_last=members_last,
-        )
-    # on the caller's mesh, where their other arrays are
-    return place(solution, placement or context_placement(context, solution.q.shape[0]))
+    options = dict(
+        num_steps=num_steps, params_axis=params_axis, devices=devices, integrator=integrator, force=force,
+        save_every=save_every, adjoint=adjoint, throw=throw, chunk_size=chunk_size, members_last=members_last,
+    )
+    run = functools.partial(_simulate_batch, lagrangian, **options)
+    return on_callers_mesh("simulate_batch", (q0, omega0, params, dt), run)
 
 
 def _simulate_batch(
-    lagrangian, q0, omega0, params, *, dt, num_steps, params_axis, devices, integrator, force, save_every, adjoint,
+    lagrangian, q0, omega0, params, dt, *, num_steps, params_axis, devices, integrator, force, save_every, adjoint,
     throw, chunk_size, members_last,
 ) -> Solution:
     """`simulate_batch` outside any `jax.set_mesh` context, its results on its own mesh."""
-    unsharded = functools.partial(auto_axes, caller="simulate_batch")
-    q0, omega0, params, dt = jtu.tree_map(unsharded, (q0, omega0, params, dt))
     q0 = jnp.asarray(q0)
     omega0 = jnp.asarray(omega0)
     for label, x in (("q0", q0), ("omega0", omega0), ("dt", dt)):

@@ -10,14 +10,36 @@ docs/batches.md, "Your own sharding".
 """
 
 import contextlib
+import functools
+from collections.abc import Callable
 
 import jax
+import jax.tree_util as jtu
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ._jit import trace_state_clean
 
 
-def auto_axes(x, *, caller: str):
+def on_callers_mesh(caller: str, arrays: tuple, run: Callable):
+    """`run(*arrays)` for a batch whose members lead `arrays[0]`, as the caller sharded it: arrays
+    over a mesh with `Explicit` axes taken as they lie (`_auto_axes`), the batch run outside any
+    `jax.set_mesh` context (`_outside_mesh_context`), and its result put back where the caller's
+    arrays are: on `arrays[0]`'s mesh, the members' axis sharded as there; else, in a context, on
+    the context's mesh, the members' axis sharded over all its axes where they divide B, else
+    replicated; else left on the batch's own mesh. `caller` names the entry point in errors."""
+    placement = _caller_placement(arrays[0])
+    with _outside_mesh_context(caller) as context:
+        result = run(*jtu.tree_map(functools.partial(_auto_axes, caller=caller), arrays))
+    if placement is None and context is not None:
+        batch_size = jtu.tree_leaves(result)[0].shape[0]
+        axes = context.axis_names if batch_size % context.size == 0 else None
+        placement = NamedSharding(context, PartitionSpec(axes))
+    if placement is None:
+        return result
+    return jtu.tree_map(lambda x: jax.device_put(x, placement), result)
+
+
+def _auto_axes(x, *, caller: str):
     """`x`, or where it is an array sharded over a mesh with `Explicit` axes, the same array over
     the same devices with those axes `Auto` (its sharding no longer in its type). Inside
     `jax.jit` such an array cannot be converted: a `ValueError` from `caller` says what to do."""
@@ -41,10 +63,9 @@ def auto_axes(x, *, caller: str):
     return jax.device_put(x, NamedSharding(auto, sharding.spec))
 
 
-def caller_placement(x) -> NamedSharding | None:
-    """Where a batch's results go, given its members `x` (leading axis the members): for an array
-    sharded over a mesh of the caller's, that mesh with the members' axis sharded as `x`'s; else
-    None (the results stay on the batch's own mesh)."""
+def _caller_placement(x) -> NamedSharding | None:
+    """For members `x` sharded over a mesh of the caller's: that mesh, the members' (leading) axis
+    sharded as `x`'s; else None."""
     sharding = getattr(x, "sharding", None)
     if isinstance(x, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
         return None
@@ -55,10 +76,10 @@ def caller_placement(x) -> NamedSharding | None:
 
 
 @contextlib.contextmanager
-def outside_mesh_context(caller: str):
-    """Run the batch outside the caller's `jax.set_mesh` context, if any (from Python only: a
-    context cannot be left inside `jax.jit`, where `caller` raises a `ValueError` saying what to do
-    instead). Yields the context's mesh, or None outside a context."""
+def _outside_mesh_context(caller: str):
+    """Leave the caller's `jax.set_mesh` context, if any (from Python only: a context cannot be
+    left inside `jax.jit`, where `caller` raises a `ValueError` saying what to do instead). Yields
+    the context's mesh, or None outside a context."""
     if jax.sharding.get_abstract_mesh().empty:
         yield None
         return
@@ -72,18 +93,3 @@ def outside_mesh_context(caller: str):
     mesh = jax.sharding.get_mesh()
     with jax.set_mesh(None):
         yield mesh
-
-
-def context_placement(mesh: Mesh | None, batch_size: int) -> NamedSharding | None:
-    """Where a batch's results go in a `jax.set_mesh` context of `mesh`: the members' axis sharded
-    over all its axes where they divide B, else replicated; None outside a context."""
-    if mesh is None:
-        return None
-    return NamedSharding(mesh, PartitionSpec(mesh.axis_names if batch_size % mesh.size == 0 else None))
-
-
-def place(tree, placement: NamedSharding | None):
-    """`tree`'s arrays put on `placement` (`caller_placement`), or `tree` as it is for None."""
-    if placement is None:
-        return tree
-    return jax.tree_util.tree_map(lambda x: jax.device_put(x, placement), tree)

@@ -25,7 +25,7 @@ from jax.sharding import Mesh, PartitionSpec
 from .._errors import error_if
 from .._jit import filter_jit
 from .._results import RESULTS
-from .._sharding import auto_axes, caller_placement, context_placement, outside_mesh_context, place
+from .._sharding import on_callers_mesh
 from .._validation import check_initial_state
 from ._problem import ControlSolution, Problem
 from ._solve import (
@@ -102,18 +102,15 @@ def _solve_members(
     any `jax.set_mesh` context, the solutions then put on the caller's mesh or the context's."""
     if batch not in ("map", "vmap"):
         raise ValueError(f"batch must be 'map' or 'vmap'; got {batch!r}")
-    placement = caller_placement(q0)
-    with outside_mesh_context("solve_many") as context:
-        solutions = _solve_outside_mesh_context(
-            problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance, refined
-        )
-    return place(solutions, placement or context_placement(context, solutions.controls.shape[0]))
+    run = functools.partial(
+        _solve_outside_mesh_context, problem, solver, batch, devices, max_outer_steps, constraint_tolerance, refined
+    )
+    return on_callers_mesh("solve_many", (q0, omega0, init), run)
 
 
 def _solve_outside_mesh_context(
-    problem, q0, omega0, solver, init, batch, devices, max_outer_steps, constraint_tolerance, refined
+    problem, solver, batch, devices, max_outer_steps, constraint_tolerance, refined, q0, omega0, init
 ) -> ControlSolution:
-    q0, omega0, init = jtu.tree_map(functools.partial(auto_axes, caller="solve_many"), (q0, omega0, init))
     q0, omega0, init, size = _members(problem, q0, omega0, init)
     if not any(isinstance(x, jax.core.Tracer) for x in (q0, omega0)):  # else checked in the graph
         for b in range(size):
