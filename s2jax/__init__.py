@@ -4,7 +4,8 @@ On import, s2jax adds `xla_cpu_small_while_loop_byte_threshold=8388608` to the
 `--xla_backend_extra_options` of the environment variable `XLA_FLAGS` (unless the option is set already;
 if a JAX backend has started, too late, it only warns), so that XLA's CPU compiler runs a simulation's
 loop as one compiled function instead of dispatching each operation: faster steps on CPU, nothing else
-changes (measured: see docs/performance.md). Set `S2JAX_KEEP_XLA_FLAGS=1` before the import to leave
+changes (measured: see docs/performance.md; from jaxlib 0.12, whose XLA compiles every loop whole,
+the same value keeps loops of more than 8 MiB dispatched). Set `S2JAX_KEEP_XLA_FLAGS=1` before the import to leave
 `XLA_FLAGS` alone. Extras: `pip install 's2jax[plot]'` (matplotlib, Pillow) for `s2jax.plot` and
 `python -m s2jax`; `pip install 's2jax[baselines]'` (diffrax) for `AdaptiveRungeKutta45`.
 """

@@ -90,8 +90,10 @@ def configure_xla_flags() -> bool:
 
     if xla_bridge.backends_are_initialized():
         warnings.warn(
-            "s2jax was imported after JAX started its backends, so it could not raise XLA's CPU "
-            f"loop threshold ({LOOP_BYTES_OPTION}); simulations on CPU run 3-4x slower. Import "
+            "s2jax was imported after JAX started its backends, so it could not set XLA's CPU "
+            f"loop threshold ({LOOP_BYTES_OPTION}); with XLA's own (1 kB before jaxlib 0.12) "
+            "simulations on CPU run 3-4x slower, and with none (jaxlib 0.12) loops with heavy "
+            "steps may run slower. Import "
             "s2jax before running JAX code, or start Python with XLA_FLAGS="
             f"'{_EXTRA_FLAG}{LOOP_BYTES_OPTION}={LOOP_BYTES}'. Set S2JAX_KEEP_XLA_FLAGS=1 to "
             "silence this.",

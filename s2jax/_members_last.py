@@ -295,7 +295,7 @@ def _while(eqn, inputs, members):
 def _scan(eqn, inputs, members):
     """`scan` with every carry and output batched; the scanned axis stays first."""
     params = eqn.params
-    closed, num_consts, num_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
+    closed, (num_consts, num_carry) = params["jaxpr"], _scan_counts(params)
     consts, init, xs = inputs[:num_consts], inputs[num_consts:num_consts + num_carry], inputs[num_consts + num_carry:]
     xs_batched = [x.batched for x in xs]
 
@@ -309,6 +309,15 @@ def _scan(eqn, inputs, members):
         reverse=params["reverse"], unroll=params["unroll"],
     )
     return [_Value(x, True) for x in (*carry, *ys)]
+
+
+def _scan_counts(params) -> tuple[int, int]:
+    """How many of a `scan`'s inputs are constants and carries: the parameters `num_consts` and
+    `num_carry` before jax 0.11, the groups of its input tree `ft_in` (consts, carry, xs) since."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(consts), len(carry)
 
 
 def _cond(eqn, inputs, members):

@@ -3,7 +3,10 @@ import os
 import pathlib
 
 import jax
+import jaxlib
 import pytest
+
+_JAXLIB = tuple(int(part) for part in jaxlib.__version__.split(".")[:2])
 
 # float64 is the reference precision of s2jax; promotion rules as strict as diffrax's and
 # optimistix's test suites: no implicit dtype promotion, no implicit rank promotion.
@@ -24,7 +27,9 @@ if not os.environ.get("S2JAX_TEST_OPTIMISED") and "xla_backend_optimization_leve
 # XLA CPU's classic fusion emitters for every program, the tests' own `jax.jit`s included (s2jax's
 # entry points compile with them anyway, `s2.compiler_options()`): ~30 % less compile time, the
 # same trajectories (measured: a gradient through 300 steps of a 4-link chain, 3.3 -> 2.3 s).
-if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+# jaxlib 0.11 has no such flag (the MLIR emitters are XLA CPU's only ones there), and an unknown
+# flag in XLA_FLAGS aborts the process when the backend starts: so only before 0.11.
+if _JAXLIB < (0, 11) and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false".strip()
 
 # JAX's persistent compilation cache: a program compiled by one test worker is read back by the

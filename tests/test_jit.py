@@ -72,10 +72,11 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import s2jax
 print("warned" if any("loop threshold" in str(w.message) for w in caught) else "quiet")
-# A scan whose loop moves ~5 kB: above XLA's default threshold (1 kB), below s2jax's.
-text = jax.jit(lambda x: jax.lax.scan(lambda c, _: (0.5 * c + 1.0, None), x, length=100)[0]).lower(
-    jax.numpy.ones((100, 3))).compile().as_text()
-print("hoisted" if "xla_cpu_small_call" in text else "not hoisted")
+# Scans whose loops move ~5 kB and ~10 MB: on either side of s2jax's threshold (8 MiB).
+for rows in (100, 200_000):
+    text = jax.jit(lambda x: jax.lax.scan(lambda c, _: (0.5 * c + 1.0, None), x, length=100)[0]).lower(
+        jax.ShapeDtypeStruct((rows, 3), jax.numpy.float64)).compile().as_text()
+    print("whole" if "xla_cpu_small_call" in text else "dispatched")
 """
 
 
@@ -96,12 +97,16 @@ def _probe(start_backend, **env):
 
 def test_importing_s2jax_makes_xla_compile_small_loops_whole():
     """XLA's CPU compiler runs a while loop as one function only below a byte threshold, which
-    s2jax raises at import through XLA_FLAGS (`_jit.configure_xla_flags`): checked on the compiled
-    program, so that a jaxlib which drops or renames the option fails here."""
-    assert _probe(False) == ["quiet", "hoisted"]
-    assert _probe(False, S2JAX_KEEP_XLA_FLAGS="1") == ["quiet", "not", "hoisted"]
-    # Too late once a backend runs: a warning, and the default threshold.
-    assert _probe(True) == ["warned", "not", "hoisted"]
+    s2jax sets to 8 MiB at import through XLA_FLAGS (`_jit.configure_xla_flags`): checked on the
+    compiled program, so that a jaxlib which drops or renames the option fails here. XLA's own
+    threshold is 1 kB up to jaxlib 0.11 (both loops dispatched) and none from 0.12 (both
+    compiled whole): either way not s2jax's, which compiles the small loop whole and
+    dispatches the large one."""
+    assert _probe(False) == ["quiet", "whole", "dispatched"]
+    xla_default = _probe(False, S2JAX_KEEP_XLA_FLAGS="1")
+    assert xla_default[0] == "quiet" and xla_default[1:] in (["dispatched"] * 2, ["whole"] * 2)
+    # Too late once a backend runs: a warning, and XLA's default threshold.
+    assert _probe(True) == ["warned", *xla_default[1:]]
 
 
 def test_host_check_runs_only_when_the_graph_says_it_can_fail():

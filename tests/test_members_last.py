@@ -92,9 +92,15 @@ def test_simulate_batch_members_last_equals_vmap(model, integrator):
     np.testing.assert_array_equal(last.failed_step, first.failed_step)
     if integrator is None or isinstance(integrator, s2.Rattle):
         assert np.flatnonzero(np.asarray(last.result._value)).tolist() == [5]
+    # Relative too: RK4's member 5 leaves the sphere and grows without bound (|q| up to 10⁴⁴ in
+    # 20 steps), which amplifies round-off in proportion. Its relative gap stays below 1e-13 on
+    # jaxlib 0.10.2; up to 3e-12 was seen on 0.12, whose XLA contracts multiply-adds differently
+    # in the two layouts. So that member is held to 1e-10 under RK4, every other to 1e-13.
+    runaway = 1e-10 if isinstance(integrator, s2.RungeKutta4) else 1e-13
     for field in ("t", "q", "omega"):
-        # relative too: RK4's member 5 spins at |ω| ~ 10⁴ (the others' entries are below 10)
-        np.testing.assert_allclose(getattr(last, field), getattr(first, field), rtol=1e-13, atol=1e-11)
+        a, b = np.asarray(getattr(last, field)), np.asarray(getattr(first, field))
+        np.testing.assert_allclose(np.delete(a, 5, axis=0), np.delete(b, 5, axis=0), rtol=1e-13, atol=1e-11)
+        np.testing.assert_allclose(a[5], b[5], rtol=runaway, atol=1e-11)
 
 
 @pytest.mark.slow
