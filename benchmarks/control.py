@@ -95,13 +95,17 @@ def _solver(name, problem_name):
 
 def _timed(fn, repeats, budget):
     """Wall times of up to `repeats` calls of `fn` (after one untimed call), within `budget` s."""
+    start = time.perf_counter()
     first = jax.block_until_ready(fn())
+    # each call printed as it ends: a run stopped at a time limit still shows what it measured
+    print(f"  first call {time.perf_counter() - start:.3g} s", flush=True)
     times, spent = [], 0.0
     while len(times) < repeats and (not times or spent < budget):
         start = time.perf_counter()
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - start)
         spent += times[-1]
+        print(f"  timed call {times[-1]:.3g} s", flush=True)
     return first, times
 
 
@@ -163,6 +167,7 @@ def batch_of_swing_ups(repeats, budget, size=64):
         )
         single_times.append(time.perf_counter() - start)
         single_iterations.append(int(single.num_iterations))
+        print(f"  single solve {i}: {single_times[-1]:.3g} s, {single_iterations[-1]} iterations", flush=True)
     print(f"single solves: first call {single_first:.3g} s, then {single_times} s", flush=True)
     start = time.perf_counter()
     solutions, batch_times = _timed(lambda: batch(qs, omegas), repeats, budget)
@@ -178,6 +183,10 @@ def batch_of_swing_ups(repeats, budget, size=64):
         "successful": int(np.sum(np.asarray(solutions.result._value) == s2.RESULTS.successful._value)),
         "iterations_max": int(np.max(np.asarray(solutions.num_iterations))),
         "iterations_median": float(np.median(np.asarray(solutions.num_iterations))),
+        # lockstep: the batch iterates as long as its slowest member, so the tail sets its time
+        "iterations_quantiles": {
+            str(p): float(np.percentile(np.asarray(solutions.num_iterations), p)) for p in (50, 90, 99, 100)
+        },
     }
     print(row, flush=True)
     return row
