@@ -69,6 +69,21 @@ def test_a_rebuilt_problem_reuses_the_compiled_solve():
     assert float(jnp.max(jnp.abs(other.controls - first.controls))) > 1e-3
 
 
+def test_new_solver_settings_reuse_the_compiled_solve():
+    """A solver's float settings and the constraint tolerance are values of the compiled solve
+    (`control._solver.as_values`), so that new ones compile nothing, and they take effect: a
+    looser rtol stops sooner."""
+    q0, omega0 = jnp.array([[0.0, 0.6, 0.8]]), jnp.zeros((1, 3))
+    tight = s2.control.solve(_problem(100.0), q0, omega0, solver=s2.control.ILQR())
+    programs = control_solve.cache_size()
+    loose = s2.control.solve(
+        _problem(100.0), q0, omega0, solver=s2.control.ILQR(rtol=1e-3, regularisation=1e-5, penalty=20.0),
+        constraint_tolerance=1e-4,
+    )
+    assert control_solve.cache_size() == programs
+    assert 0 < int(loose.num_iterations) < int(tight.num_iterations)
+
+
 def test_a_rebuilt_force_reuses_the_compiled_simulation():
     """`simulate(force=lambda ...)` twice from a loop: one program."""
     q0, omega0 = jnp.array([[0.0, 0.6, 0.8]]), jnp.zeros((1, 3))

@@ -38,7 +38,7 @@ from ._solve import (
     solve_once,
     with_count,
 )
-from ._solver import AbstractControlSolver
+from ._solver import AbstractControlSolver, as_values
 
 _AXIS = "members"
 
@@ -123,9 +123,9 @@ def _solve_outside_mesh_context(
 
     def run(problem, init):
         planned = problem.planned(q0[0], omega0[0])
+        values, tolerance = as_values(solver, constraint_tolerance, q0.dtype)
         iterated = _iterate_many(
-            iteration_problem(planned, solver), solver, q0, omega0, init, max_outer_steps, constraint_tolerance, mesh,
-            batch,
+            iteration_problem(planned, solver), values, q0, omega0, init, max_outer_steps, tolerance, mesh, batch
         )
         finishing = finishing_problem(planned, (q0, omega0, init))
         return with_count(_finish_many(finishing, q0, omega0, iterated, mesh, batch), planned)

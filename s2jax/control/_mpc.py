@@ -13,7 +13,7 @@ from ._ilqr import ILQR
 from ._problem import Problem
 from ._real_time import first_state, real_time_step
 from ._solve import solve_in_graph
-from ._solver import AbstractControlSolver
+from ._solver import AbstractControlSolver, as_values
 
 
 class RecedingHorizonSolution(eqx.Module):
@@ -105,8 +105,9 @@ def receding_horizon(
     shape = (problem.num_steps, *problem.control_shape)
     init = problem.clip(jnp.zeros(shape, q0.dtype)) if init is None else jnp.asarray(init, q0.dtype)
     problem, plant = problem.planned(q0, omega0), plant.planned(q0, omega0)
+    solver, tolerance = as_values(solver, constraint_tolerance, q0.dtype)
     return _receding_horizon(
-        problem, plant, solver, q0, omega0, init, num_solves, steps_per_solve, max_outer_steps, constraint_tolerance,
+        problem, plant, solver, q0, omega0, init, num_solves, steps_per_solve, max_outer_steps, tolerance,
         real_time_iterations,
     )
 

@@ -24,7 +24,7 @@ from .._results import RESULTS, _names
 from .._validation import check_initial_state
 from ._implicit import closure_converted, optimal_controls
 from ._problem import ControlSolution, Problem, _meaning, continuous_miss
-from ._solver import AbstractControlSolver
+from ._solver import AbstractControlSolver, as_values
 
 
 def solve(
@@ -79,6 +79,12 @@ def solve(
     the problem's own `substeps` and a miss over the fidelity is
     `RESULTS.continuous_miss_above_fidelity`, as it is outside when `MAX_SUBSTEPS` does not
     meet it. `fidelity=None` turns the check off.
+
+    **What compiles.** A problem's first solve compiles its programs; a later solve with new
+    values reuses them: a new state, guess or params, a rebuilt `Problem` whose costs are equal by
+    value, and new float settings of the solver (`rtol`, `regularisation`, `penalty`, ...) and
+    `constraint_tolerance`, which enter as values. A new `max_steps` or `max_outer_steps` sizes
+    the program's loops and arrays, so it compiles again.
 
     Works under `jax.jit` and `jax.vmap` (e.g. over a batch of initial states, with
     `throw=False`); the initial state is checked before compiling when it is concrete.
@@ -276,13 +282,20 @@ def refine(run, problem: Problem, q0, omega0, solution: ControlSolution, *, prog
         solution = run(problem, solution.controls)
 
 
-_iterate = filter_jit(iterate_in_graph)
+_iterate_program = filter_jit(iterate_in_graph)
 _finish = filter_jit(finish_in_graph)
+
+
+def _iterate(problem, solver, q0, omega0, init, max_outer_steps, tolerance) -> Iterated:
+    """`iterate_in_graph`, compiled, with the solver's settings and the tolerance as values
+    (`as_values`): a new `rtol` or `constraint_tolerance` reuses the program."""
+    solver, tolerance = as_values(solver, tolerance, q0.dtype)
+    return _iterate_program(problem, solver, q0, omega0, init, max_outer_steps, tolerance)
 
 
 def cache_size() -> int:
     """How many programs `solve` compiled: its iterations' and its solutions'."""
-    return _iterate.cache_size() + _finish.cache_size()
+    return _iterate_program.cache_size() + _finish.cache_size()
 
 
 def _not_converged_hint(x64: bool) -> str:

@@ -8,6 +8,8 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 
 from .._custom_types import Array, Bool, Float, Int
 from ._problem import Problem
@@ -57,3 +59,13 @@ class AbstractControlSolver(eqx.Module):
         traced and compiled once more."""
         decision, objective, steps, converged = self.minimise(problem, q0, omega0, decision, multipliers, penalty)
         return decision, objective, steps, converged, self.constraints(problem, q0, omega0, decision)
+
+
+def as_values(solver: AbstractControlSolver, tolerance: float, dtype) -> tuple[AbstractControlSolver, Array]:
+    """`solver` with its float settings (`rtol`, `regularisation`, `penalty`, ...) and the constraint
+    `tolerance` as arrays of `dtype`: values of a compiled solve, not part of its key. A Python
+    float is static to `equinox.filter_jit`, so each new value compiled the solve again; as
+    arrays, new values reuse the program (the ground rule for every value of a run). Integer and
+    static settings (`max_steps`) still select a program: they size its loops and arrays."""
+    values = jax.tree.map(lambda x: jnp.asarray(x, dtype) if isinstance(x, float) else x, solver)
+    return values, jnp.asarray(tolerance, dtype)
