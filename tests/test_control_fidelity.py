@@ -61,14 +61,14 @@ def test_solve_refines_the_model_until_the_continuous_miss_is_within_the_fidelit
     that the O(h²) law predicts, and the independent reference confirms the miss. Under
     `jax.jit` and `jax.vmap` it cannot refine: it reports the miss with its code, or raises."""
     coarse = s2.control.solve(_reach(10), Q0, OMEGA0, solver=s2.control.ILQR())
-    iterations, solutions = control_solve._iterate.cache_size(), control_solve._finish.cache_size()
+    iterations, solutions = control_solve._iterate_program.cache_size(), control_solve._finish.cache_size()
     problem = _reach(10, fidelity=5e-4)
     solution = s2.control.solve(problem, Q0, OMEGA0, solver=s2.control.ILQR())
     assert coarse.continuous_miss > 5e-4 and solution.result == s2.RESULTS.successful
     # The fidelity is a value of the compiled programs, and so are the sub-steps: the
     # iterations and the solution (its trajectory and miss) at the refined count ran the
     # programs of one sub-step, compiled by the coarse solve.
-    assert control_solve._iterate.cache_size() == iterations
+    assert control_solve._iterate_program.cache_size() == iterations
     assert control_solve._finish.cache_size() == solutions
     # the power of two at or above (1.25 m / f)^(1/2)
     expected = 2 ** int(np.ceil(np.log2(np.sqrt(1.25 * float(coarse.continuous_miss) / 5e-4))))
