@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import s2jax as s2
-from s2jax.control._real_time import RealTimeState, real_time_step
+from s2jax.control._real_time import RealTimeState, _first_state, real_time_step
 from s2jax.control.examples import spherical_pendulum_swing_up
 from s2jax.models import spherical_pendulum as pendulum
 
@@ -212,10 +212,18 @@ def test_the_controller_from_python_is_the_real_time_loop():
     longer = s2.control.RealTimeController(
         _balance(num_steps=30, params=LONGER), *TILTED, iterations=2, steps_per_solve=2
     )
-    assert again._step is controller._step and longer._step is controller._step
+    # ... and so do new solver settings: iLQR's μ floor, rtol and the constraint tolerance are values
+    first_solves = _first_state.cache_size()
+    looser = s2.control.RealTimeController(
+        _balance(num_steps=30), *TILTED, solver=s2.control.ILQR(regularisation=1e-3, rtol=1e-6),
+        constraint_tolerance=1e-5, iterations=2, steps_per_solve=2,
+    )
+    assert again._step is controller._step and longer._step is controller._step and looser._step is controller._step
+    assert _first_state.cache_size() == first_solves
     start = [jnp.asarray(x) for x in TILTED]
     np.testing.assert_allclose(again(*start), closed.controls[:2], rtol=0, atol=1e-12)
     assert not np.allclose(longer(*start), closed.controls[:2], rtol=0, atol=1e-6)
+    assert not np.allclose(looser(*start), closed.controls[:2], rtol=0, atol=1e-9)  # its settings took effect
     assert controller._step._cache_size() == 1
 
 

@@ -35,6 +35,7 @@ from .._validation import check_initial_state, check_state_arguments, initial_st
 from ._ilqr import ILQR, backward, expand, forward
 from ._problem import Problem
 from ._solve import _prepare, _raise_if_failed, solve_in_graph
+from ._solver import as_values
 
 
 class RealTimeState(eqx.Module):
@@ -124,7 +125,8 @@ class RealTimeController:
     function of the state (JAX's C++ dispatch, nothing re-planned or re-checked on the host), so
     measured states never recompile. The program is shared by every controller of an equal
     problem (costs compared by value, the params' and bounds' values passed in), so a controller
-    rebuilt with new params or from a re-run notebook cell does not compile it again.
+    rebuilt with new params or from a re-run notebook cell does not compile it again; nor do new
+    float settings of the solver (`regularisation`, `rtol`, ...) or a new `constraint_tolerance`.
 
     **Arguments:**
 
@@ -176,7 +178,7 @@ class RealTimeController:
         self.problem, _ = _prepare(problem, q0, omega0, None)
         self.dt, self._solver, self._outer = dt, solver, (max_outer_steps, constraint_tolerance)
         self.reset(q0, omega0, init=init)
-        self._arrays, self._step = _compiled_step(self.problem, iterations, steps_per_solve, solver.regularisation)
+        self._values, self._step = _compiled_step(self.problem, iterations, steps_per_solve, solver.regularisation)
 
     def reset(self, q, omega, *, init=None) -> None:
         """Solve again to convergence from (q, ω) (a new start, e.g. after a hand-over from another
@@ -188,14 +190,16 @@ class RealTimeController:
             bodies = self.state.q.shape[1]
             raise ValueError(f"reset: the controller's system has {bodies} bodies; got q of shape {q.shape}")
         _, init = _prepare(self.problem, q, omega, init)
+        max_outer_steps, tolerance = self._outer
+        solver, tolerance = as_values(self._solver, tolerance, q.dtype)  # new values: no new program
         self.state, self.solution = _first_state(
-            self.problem, self._solver, q, omega, init, *self._outer, self._solver.regularisation
+            self.problem, solver, q, omega, init, max_outer_steps, tolerance, solver.regularisation
         )
         _raise_if_failed(self.solution.result._value)
         self.result, self.refused = RESULTS.successful, 0
 
     def __call__(self, q, omega) -> Float[Array, "s ..."]:
-        controls, state, code = self._step(self._arrays, self.state, q, omega)
+        controls, state, code = self._step(self._values, self.state, q, omega)
         code = code.item()  # on the host: `item` is the cheapest read of a scalar (the Stepper's too)
         if code == RESULTS.invalid_initial_state._value:
             check_initial_state(q, omega, self.dt)  # names the body
@@ -215,29 +219,32 @@ _MAX_STEPS = 32  # the oldest entry goes beyond this (with it, its compiled prog
 
 
 def _compiled_step(problem: Problem, iterations: int, steps: int, regularisation):
-    """`(arrays, step)`: the problem's arrays and `step(arrays, state, q, ω)`, one `jax.jit`
-    function for every problem with the same structure and non-array leaves (equal costs compare
-    equal by value), so that equal problems share its compiled program. Not `eqx.filter_jit`:
-    its dispatch costs ~70 µs a call, `jax.jit`'s a few."""
+    """`(values, step)`: the problem's arrays with the regularisation floor μ, and `step(values,
+    state, q, ω)`, one `jax.jit` function for every problem with the same structure and non-array
+    leaves (equal costs compare equal by value), so that equal problems, whatever their μ, share
+    its compiled program. Not `eqx.filter_jit`: its dispatch costs ~70 µs a call, `jax.jit`'s a few."""
     arrays, static = eqx.partition(problem, eqx.is_array)
     leaves, treedef = jax.tree_util.tree_flatten(static)
-    key = (treedef, tuple(leaves), iterations, steps, float(regularisation))
+    key = (treedef, tuple(leaves), iterations, steps)
     try:
         step = _STEPS.get(key)
     except TypeError:  # a leaf that cannot be hashed: a program of its own
         key, step = None, None
     if step is None:
-        options = {"iterations": iterations, "steps": steps, "regularisation": regularisation}
+        options = {"iterations": iterations, "steps": steps}
 
-        def step(arrays, state, q, omega):
-            return _controller_step(eqx.combine(arrays, static), state, q, omega, **options)
+        def step(values, state, q, omega):
+            arrays, regularisation = values
+            return _controller_step(
+                eqx.combine(arrays, static), state, q, omega, regularisation=regularisation, **options
+            )
 
         step = jax.jit(step, compiler_options=compiler_options() or None)
         if key is not None:
             if len(_STEPS) >= _MAX_STEPS:
                 del _STEPS[next(iter(_STEPS))]
             _STEPS[key] = step
-    return arrays, step
+    return (arrays, jnp.asarray(regularisation, float)), step
 
 
 def _controller_step(problem, state, q, omega, *, iterations, steps, regularisation):
