@@ -2,7 +2,8 @@
 
 `compiler_options()` turns off the YNNPACK elementwise fusions of XLA's CPU backend (jaxlib ≥ 0.8), which
 are slower on the small (…, n, 3) arrays of s2jax, and its MLIR fusion emitters, which compile
-slower than the classic ones for the same speed; per-compilation options, so they change
+slower than the classic ones for the same speed (before jaxlib 0.11), and from jaxlib 0.11 Eigen's
+thread pool for small dots; per-compilation options, so they change
 nothing else in the user's program (inside a `jax.jit` of their own, they pass them there).
 `configure_xla_flags` adds XLA CPU's small-loop threshold `LOOP_BYTES` (8 MiB), an XLA flag only, to
 `XLA_FLAGS` at import, so that s2jax's loops run as one compiled function: speed only, CPU only;
@@ -16,6 +17,7 @@ import warnings
 
 import equinox as eqx
 import jax
+import jaxlib
 import numpy as np
 from jax._src import core as jax_core
 
@@ -25,6 +27,12 @@ from . import _exported
 # (LLVM IR) fusion emitters, not the MLIR ones: the same speed, less compile time (measured in
 # docs/performance.md, "How s2jax compiles on CPU").
 _CANDIDATES = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_fusion_emitters": False}
+# From jaxlib 0.11 (where the classic emitters are gone) XLA CPU runs each of a step's small dots
+# on Eigen's thread pool, a hand-off per dot per step: a 16-link chain's VI step 3.5 µs (0.11.2)
+# and 7.4 µs (0.12.0.1) with the pool, 2.2 and 2.0 µs without; on 0.10.2 the pool costs nothing
+# (2.0 µs with it, 2.2 without), so it stays on there. Measured ad hoc, docs/performance.md ("Newer JAX").
+if tuple(int(part) for part in jaxlib.__version__.split(".")[:2]) >= (0, 11):
+    _CANDIDATES["xla_cpu_multi_thread_eigen"] = False
 # JAX takes compiler options only on a top-level `jax.jit`. Whether a call is made under any
 # transformation (`jax.jit`, `jax.grad`, `jax.vmap`, `lax.scan`, …, whose tracers may also hide in
 # closures) is known only from JAX's trace state; there is no public query.
@@ -110,8 +118,9 @@ def compiler_options() -> dict[str, str | bool]:
 
     Turns off XLA's YNNPACK elementwise fusions on CPU (several times slower on the small
     (…, n, 3) arrays of s2jax) and its MLIR fusion emitters (slower to compile, no faster to
-    run); other backends ignore both. Each option is kept only where this JAX knows it: found
-    once, at the first call, by compiling a one-line function with it.
+    run), and from jaxlib 0.11 Eigen's threads for its small dots; other backends ignore them.
+    Each option is kept only where this JAX knows it: found once, at the first call, by
+    compiling a one-line function with it.
     """
     if _trace_state_clean is None:
         return {}
