@@ -31,7 +31,9 @@ _CANDIDATES = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_fusion_e
 # on Eigen's thread pool, a hand-off per dot per step: a 16-link chain's VI step 3.5 µs (0.11.2)
 # and 7.4 µs (0.12.0.1) with the pool, 2.2 and 2.0 µs without; on 0.10.2 the pool costs nothing
 # (2.0 µs with it, 2.2 without), so it stays on there. Measured ad hoc, docs/performance.md ("Newer JAX").
-if tuple(int(part) for part in jaxlib.__version__.split(".")[:2]) >= (0, 11):
+JAXLIB_VERSION = tuple(int(part) for part in jaxlib.__version__.split(".")[:2])
+"""(major, minor) of the installed jaxlib: XLA's CPU options differ between versions."""
+if JAXLIB_VERSION >= (0, 11):
     _CANDIDATES["xla_cpu_multi_thread_eigen"] = False
 # JAX takes compiler options only on a top-level `jax.jit`. Whether a call is made under any
 # transformation (`jax.jit`, `jax.grad`, `jax.vmap`, `lax.scan`, …, whose tracers may also hide in

@@ -3,10 +3,9 @@ import os
 import pathlib
 
 import jax
-import jaxlib
 import pytest
 
-_JAXLIB = tuple(int(part) for part in jaxlib.__version__.split(".")[:2])
+from s2jax._jit import JAXLIB_VERSION  # importing s2jax starts no backend: XLA_FLAGS can still change
 
 # float64 is the reference precision of s2jax; promotion rules as strict as diffrax's and
 # optimistix's test suites: no implicit dtype promotion, no implicit rank promotion.
@@ -29,7 +28,7 @@ if not os.environ.get("S2JAX_TEST_OPTIMISED") and "xla_backend_optimization_leve
 # same trajectories (measured: a gradient through 300 steps of a 4-link chain, 3.3 -> 2.3 s).
 # jaxlib 0.11 has no such flag (the MLIR emitters are XLA CPU's only ones there), and an unknown
 # flag in XLA_FLAGS aborts the process when the backend starts: so only before 0.11.
-if _JAXLIB < (0, 11) and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+if JAXLIB_VERSION < (0, 11) and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false".strip()
 
 # JAX's persistent compilation cache: a program compiled by one test worker is read back by the
